@@ -1,0 +1,128 @@
+"""The engine: one loaded family on one device, behind one lock, running any method.
+
+``Engine.stream`` is a generator: it yields every ``Round`` as it happens and returns a
+``Result`` (tokens, image, trace). The CLI and the app both drive it; bad requests raise
+``ConfigError`` before anything runs, and the lock is released however a run ends.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+import time
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+import mulo
+from mulo.config import ConfigError, GenerationConfig, validate, validate_method, validate_prompt, validate_seed
+from mulo.methods import ar, mulo as mulo_sd, sjd, speculative, zipar
+from mulo.methods.common import DecodeContext
+from mulo.models.vq import to_uint8
+from mulo.timing import PhaseTimer
+from mulo.trace import Round, Trace
+
+METHOD_FUNCTIONS = {
+    "ar": ar.generate,
+    "zipar": zipar.generate,
+    "sjd": sjd.generate,
+    "sd": speculative.generate,
+    "lantern": speculative.generate_lantern,
+    "mulo": mulo_sd.generate,
+}
+
+
+@dataclass
+class Result:
+    tokens: torch.Tensor  # [H, W]
+    image: np.ndarray  # [h, w, 3] uint8
+    trace: Trace
+
+
+def versions() -> dict[str, str]:
+    import diffusers
+
+    return {
+        "mulo": mulo.__version__,
+        "torch": torch.__version__,
+        "diffusers": diffusers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+class Engine:
+    def __init__(self, family):
+        self.family = family
+        self.lock = threading.Lock()
+
+    def make_config(self, config: GenerationConfig | dict | None = None) -> GenerationConfig:
+        """Dataclass defaults <- the family's recommended values <- the request's values."""
+        if isinstance(config, GenerationConfig):
+            return config
+        known = {f.name for f in fields(GenerationConfig)}
+        values = {k: v for k, v in self.family.defaults.items() if k in known}
+        values.update(config or {})
+        return GenerationConfig.from_dict(values)
+
+    def check(self, prompt, method: str, seed, config) -> tuple[str, GenerationConfig, torch.Tensor]:
+        """Validate a request; returns the normalised prompt, the full config and the condition."""
+        validate_method(method)
+        prompt = validate_prompt(prompt)
+        validate_seed(seed)
+        cfg = self.make_config(config)
+        fam = self.family
+        validate(cfg, vocab_size=fam.vocab_size, ratios=fam.ratios, grid=fam.grid)
+        if method in ("sd", "lantern") and fam.draft_model is None:
+            raise ConfigError(f"method {method} needs a same-grid draft model, which family {fam.name} lacks")
+        if method == "mulo" and cfg.upsampler == "learned" and cfg.r not in fam.upsamplers:
+            raise ConfigError(f"upsampler=learned has no model for r={cfg.r} in family {fam.name}")
+        try:
+            cond = fam.condition(prompt)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return prompt, cfg, cond
+
+    def stream(self, prompt: str, method: str = "mulo", seed: int = 0, config=None):
+        """Yield each Round of one generation; return its Result."""
+        prompt, cfg, cond = self.check(prompt, method, seed, config)
+        fam = self.family
+        with self.lock:
+            timer = PhaseTimer(fam.device)
+            ctx = DecodeContext(fam, cond, cfg, torch.Generator().manual_seed(seed), timer)
+            rounds: list[Round] = []
+            start = time.perf_counter()
+            tokens = yield from _collect(METHOD_FUNCTIONS[method](ctx), rounds)
+            with timer.phase("vq_decode"):
+                image = to_uint8(fam.vq.decode(tokens[None].to(fam.device)))[0].numpy()
+            latency = time.perf_counter() - start
+            trace = Trace(
+                method=method, family=fam.name, prompt=prompt, seed=seed, config=cfg.to_dict(),
+                device=str(fam.device), dtype=str(next(fam.target.parameters()).dtype).replace("torch.", ""),
+                versions=versions(), grid=fam.grid, tokens=tokens.numpy(), latency_s=latency,
+                timings_s=timer.snapshot(), nfe=ctx.nfe(), rounds=rounds,
+            )
+            return Result(tokens, image, trace)
+
+    def generate(self, prompt: str, method: str = "mulo", seed: int = 0, config=None) -> Result:
+        stream = self.stream(prompt, method, seed, config)
+        while True:
+            try:
+                next(stream)
+            except StopIteration as done:
+                return done.value
+
+
+def _collect(method_run, rounds: list[Round]):
+    """Forward a method's rounds to the caller, keeping them; return its token grid.
+
+    ``latency_s`` is wall time from start to decoded image, so it includes whatever the caller
+    does between rounds: benchmarks consume rounds without work, a UI should not time itself.
+    """
+    while True:
+        try:
+            rnd = next(method_run)
+        except StopIteration as done:
+            return done.value
+        rounds.append(rnd)
+        yield rnd

@@ -1,0 +1,83 @@
+"""A model family: everything one generation needs, on one device.
+
+target       AR model on the high-resolution grid
+drafters     {r: AR model on the grid r times coarser} (MuLo-SD)
+draft_model  small AR model on the target's own grid (SD / LANTERN), or None
+vq           the VQ tokenizer shared by every resolution
+upsamplers   {r: learned token up-sampler}; the pixel up/down-sampler is built from vq
+conditioner  prompt -> condition tensor for every AR model of the family
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mulo.models.gpt import GPT
+from mulo.models.upsample import PixelUpsampler
+from mulo.models.vq import VQTokenizer
+from mulo.sampling import NeighbourTable
+
+
+class Family:
+    def __init__(
+        self,
+        name: str,
+        target: GPT,
+        drafters: dict[int, GPT],
+        vq: VQTokenizer,
+        conditioner,
+        draft_model: GPT | None = None,
+        upsamplers: dict | None = None,
+        defaults: dict | None = None,
+    ):
+        self.name = name
+        self.target = target.eval()
+        self.drafters = {r: m.eval() for r, m in drafters.items()}
+        self.draft_model = None if draft_model is None else draft_model.eval()
+        self.vq = vq
+        self.conditioner = conditioner
+        self.upsamplers = {r: m.eval() for r, m in (upsamplers or {}).items()}
+        self.defaults = dict(defaults or {})  # recommended knob values for this family
+        self._neighbours = NeighbourTable(vq.codebook)
+        self._pixel = {}
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.target.cfg.grid_hw
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.cfg.vocab_size
+
+    @property
+    def ratios(self) -> tuple[int, ...]:
+        return tuple(sorted(self.drafters))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    def condition(self, prompt: str) -> torch.Tensor:
+        """The condition of ``prompt`` for every AR model (raises ValueError if unusable)."""
+        return self.conditioner(prompt).to(self.device)
+
+    def neighbours(self, k: int) -> torch.Tensor:
+        """``[V, k]`` nearest codebook neighbours (computed once per codebook, then sliced)."""
+        return self._neighbours.table(k)
+
+    def upsampler(self, kind: str, r: int):
+        if kind == "learned":
+            if r not in self.upsamplers:
+                raise ValueError(f"family {self.name!r} has no learned up-sampler for r={r}")
+            return self.upsamplers[r]
+        if r not in self._pixel:
+            self._pixel[r] = PixelUpsampler(self.vq, r)
+        return self._pixel[r]
+
+    def to(self, device) -> Family:
+        for model in [self.target, self.draft_model, *self.drafters.values(), *self.upsamplers.values()]:
+            if model is not None:
+                model.to(device)
+        self.vq.model.to(device)
+        self._neighbours = NeighbourTable(self.vq.codebook)
+        return self

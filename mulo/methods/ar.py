@@ -1,0 +1,30 @@
+"""Plain autoregressive decoding: one target forward pass per token, raster order, KV cache.
+
+The baseline every speed-up is measured against. One round per image row, so a UI can show
+the canvas filling up.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mulo.methods.common import DecodeContext
+
+
+def generate(ctx: DecodeContext):
+    height, width = ctx.grid
+    n = height * width
+    target = ctx.runner(ctx.family.target, "target")
+    x = torch.full((n,), -1, dtype=torch.long)
+    for row in range(height):
+        rnd = ctx.new_round(f"row {row}", x)
+        with ctx.phase("target"):
+            for u in range(row * width, (row + 1) * width):
+                if u == 0:
+                    logits = target.prefill()
+                else:
+                    pos = torch.tensor([u - 1])
+                    logits = target.feed(pos, x[pos], target.causal_mask(pos))[0]
+                x[u] = ctx.sample(target.probs(logits))
+        yield ctx.close(rnd, x)
+    return x.reshape(height, width)

@@ -1,0 +1,77 @@
+"""What every decoding method gets: the family's models, the request and its random generator.
+
+A method is a generator function ``generate(ctx)`` that yields ``Round`` events and returns the
+final token grid ``[H, W]``. It creates its model runners through the context, so forward passes
+are counted per role (target / drafter) and phases are timed in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mulo.config import GenerationConfig
+from mulo.runner import ModelRunner
+from mulo.sampling import sample
+from mulo.timing import PhaseTimer, delta
+from mulo.trace import Round
+
+
+@dataclass
+class DecodeContext:
+    family: object  # mulo.families.base.Family
+    cond: torch.Tensor
+    config: GenerationConfig
+    generator: torch.Generator
+    timer: PhaseTimer
+    runners: dict[str, list[ModelRunner]] = field(default_factory=lambda: {"target": [], "drafter": []})
+    _last: tuple[dict, dict] = field(default_factory=lambda: ({}, {"target": 0, "drafter": 0}))
+    _rounds: int = 0
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.family.grid
+
+    @property
+    def round_count(self) -> int:
+        return self._rounds
+
+    def runner(self, model, role: str) -> ModelRunner:
+        c = self.config
+        runner = ModelRunner(model, self.cond, c.cfg, c.temperature, c.top_k, c.top_p)
+        self.runners[role].append(runner)
+        return runner
+
+    def sample(self, probs: torch.Tensor) -> torch.Tensor:
+        """Sample with the request's (CPU) generator; returns int64 tokens shaped ``probs[..., 0]``.
+
+        Sampling on the CPU keeps a seed's tokens independent of the model's device."""
+        return sample(probs.float().cpu(), self.generator)
+
+    def phase(self, name: str):
+        return self.timer.phase(name)
+
+    def nfe(self) -> dict[str, int]:
+        return {role: sum(r.nfe for r in runners) for role, runners in self.runners.items()}
+
+    def new_round(self, label: str, tokens: torch.Tensor) -> Round:
+        """A blank round numbered in order; the method fills its masks, then calls ``close``."""
+        rnd = Round.empty(self._rounds, label, self.grid, tokens.reshape(self.grid).numpy())
+        self._rounds += 1
+        return rnd
+
+    def close(self, rnd: Round, tokens: torch.Tensor) -> Round:
+        """Stamp the round with the canvas after it and the time and NFE spent since the last."""
+        rnd.tokens = tokens.reshape(self.grid).numpy().astype(np.int64).copy()
+        timings, nfe = self.timer.snapshot(), self.nfe()
+        rnd.timings_s = delta(timings, self._last[0])
+        rnd.nfe = {k: nfe[k] - self._last[1].get(k, 0) for k in nfe}
+        self._last = (timings, nfe)
+        return rnd
+
+
+def grid_of(flat: torch.Tensor | np.ndarray, shape: tuple[int, int], dtype=np.int64) -> np.ndarray:
+    values = flat.numpy() if isinstance(flat, torch.Tensor) else flat
+    return np.asarray(values, dtype=dtype).reshape(shape)

@@ -1,0 +1,87 @@
+"""ZipAR parallel decoding (He et al. 2024): rows advance together, one token per active row
+per forward pass.
+
+Row ``i`` may produce its next token once row ``i-1`` is at least ``window`` tokens ahead (or
+complete), so token (i, j) is produced in the same pass as (i-1, j+window) and sees the row
+above up to column j+window-1. As in the reference code, row 1 waits for row 0 to finish. The
+first token of a row needs the last token of the row above as input; while that one does not
+exist yet, the row above's latest token is fed at its slot as a proxy, and the true token
+overwrites the proxy's K/V in the pass after it is sampled. Slots are raster-indexed and each
+query sees the written slots before its own. Forward passes for an H x W grid with
+window < W: W + (H-2)*window + W.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mulo.methods.common import DecodeContext
+
+
+def ready_rows(done: list[int], rows: range, width: int, window: int) -> list[int]:
+    """Rows (within ``rows``) that produce a token in the next pass."""
+    ready = []
+    for i in rows:
+        if done[i] >= width:
+            continue
+        if i == 0 or done[i - 1] >= width or (i > 1 and done[i - 1] >= done[i] + window):
+            ready.append(i)
+    return ready
+
+
+class RowFill:
+    """Generates grid rows ``[a, b)`` of ``seq`` (flat, -1 = unknown) in ZipAR order, one pass
+    per ``step()``. Rows above ``a`` must be complete. Each pass also re-feeds slots that are out
+    of date (replaced proxies, or a prefix marked stale), so one pass refreshes and advances."""
+
+    def __init__(self, runner, seq: torch.Tensor, rows: tuple[int, int], window: int, draw):
+        self.runner, self.seq, self.window, self.draw = runner, seq, window, draw
+        self.height, self.width = runner.grid
+        self.rows = range(*rows)
+        self.done = [self.width if i < rows[0] else 0 for i in range(self.height)]
+
+    @property
+    def finished(self) -> bool:
+        return all(self.done[i] >= self.width for i in self.rows)
+
+    def step(self) -> torch.Tensor:
+        """One pass; returns the positions it produced (position 0 comes free from the prefill)."""
+        runner, seq, width = self.runner, self.seq, self.width
+        rows = ready_rows(self.done, self.rows, width, self.window)
+        targets = torch.tensor([i * width + self.done[i] for i in rows])
+        logits = torch.empty(len(targets), runner.model.cfg.vocab_size)
+        first = targets == 0
+        if bool(first.any()):
+            logits[first] = runner.first_logits
+        inputs = targets[~first] - 1
+        if len(inputs):
+            tokens = seq[inputs].clone()
+            for q, v in enumerate(inputs.tolist()):
+                if tokens[q] < 0:  # row above unfinished: its latest token stands in
+                    above = v // width
+                    tokens[q] = seq[above * width + self.done[above] - 1]
+            extra = runner.outdated(seq, int(inputs.max()), contiguous=False)
+            extra = extra[~torch.isin(extra, inputs)]
+            positions = torch.cat([extra, inputs])
+            out = runner.feed(positions, torch.cat([seq[extra], tokens]), runner.causal_mask(positions))
+            runner.stale_from = runner.n_image  # the re-fed prefix is exact again
+            logits[~first] = out[len(extra) :]
+        seq[targets] = self.draw(runner.probs(logits))
+        for i in rows:
+            self.done[i] += 1
+        return targets
+
+
+def generate(ctx: DecodeContext):
+    height, width = ctx.grid
+    target = ctx.runner(ctx.family.target, "target")
+    x = torch.full((height * width,), -1, dtype=torch.long)
+    with ctx.phase("target"):
+        target.prefill()
+    fill = RowFill(target, x, (0, height), ctx.config.zipar_window, ctx.sample)
+    while not fill.finished:
+        rnd = ctx.new_round(f"pass {target.nfe}", x)
+        with ctx.phase("target"):
+            fill.step()
+        yield ctx.close(rnd, x)
+    return x.reshape(height, width)

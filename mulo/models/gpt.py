@@ -1,0 +1,292 @@
+"""The AR image transformer shared by every family (Tar's AR-DTok / LlamaGen layout).
+
+Sequence layout ("slots"): the condition prefix occupies slots 0..T-1 and image token ``v`` is
+*fed* at slot ``T + v``. Because the logits of a slot predict the next token, the logits for
+image position ``u`` come from slot ``T - 1 + u``: the last condition slot predicts token 0,
+and feeding token ``u - 1`` predicts token ``u``. The learned absolute position embedding is
+selected by slot, so decoding in any order only needs the right slots and attention mask.
+
+The KV cache is static and slot-indexed: a forward pass writes K/V at arbitrary (possibly
+non-contiguous) slots and every query attends to the cache through its own boolean row over
+slots, intersected with the set of slots that have been written. A slot that was never
+written is never attended to.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# (n_layer, n_head, dim) of the AR-DTok / LlamaGen size presets.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "llama-abs-S": (12, 6, 384),
+    "llama-abs-B": (12, 12, 768),
+    "llama-abs-L": (24, 16, 1024),
+    "llama-abs-LP": (30, 20, 1280),  # Tar's released AR-DTok checkpoints (~632M parameters)
+    "llama-abs-XL": (36, 20, 1280),
+    "llama-abs-XXL": (48, 24, 1536),
+    "llama-abs-XXXL": (48, 40, 2560),
+    "llama-abs-tiny": (2, 4, 64),  # the golden reference files only
+    "test-tiny": (2, 4, 32),  # unit tests and the toy family
+}
+
+COND_TYPES = ("features", "class", "indices")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Architecture of one AR image model.
+
+    ``max_seq_len`` is the number of image tokens (H*W); ``cond_len`` the number of condition
+    prefix tokens (Tar: 729 TA-Tok features; class conditioning: 1).
+    """
+
+    dim: int = 1280
+    n_layer: int = 30
+    n_head: int = 20
+    n_kv_head: int | None = None  # grouped-query attention when smaller than n_head
+    vocab_size: int = 16384
+    max_seq_len: int = 256
+    grid: tuple[int, int] | None = None  # (H, W); square sqrt(max_seq_len) when None
+    cond_type: str = "features"  # features: linear projection; class/indices: embedding table
+    cond_len: int = 729
+    cond_dim: int = 1152  # feature width (features) or number of classes/indices (others)
+    multiple_of: int = 256
+    ffn_dim_multiplier: float | None = None
+    norm_eps: float = 1e-5
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> GPTConfig:
+        if name not in PRESETS:
+            raise ValueError(f"unknown GPT preset {name!r}; known: {', '.join(PRESETS)}")
+        n_layer, n_head, dim = PRESETS[name]
+        return cls(n_layer=n_layer, n_head=n_head, dim=dim, **overrides)
+
+    def __post_init__(self):
+        if self.cond_type not in COND_TYPES:
+            raise ValueError(f"cond_type must be one of {COND_TYPES} (got {self.cond_type!r})")
+        if self.dim % self.n_head:
+            raise ValueError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
+        if self.n_head % self.kv_heads:
+            raise ValueError(f"n_head {self.n_head} is not divisible by n_kv_head {self.kv_heads}")
+        h, w = self.grid_hw
+        if h * w != self.max_seq_len:
+            raise ValueError(f"grid {h}x{w} does not hold max_seq_len={self.max_seq_len} tokens")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @property
+    def grid_hw(self) -> tuple[int, int]:
+        if self.grid is not None:
+            return tuple(self.grid)
+        side = math.isqrt(self.max_seq_len)
+        return (side, self.max_seq_len // max(side, 1))
+
+    @property
+    def ffn_hidden(self) -> int:
+        hidden = int(2 * 4 * self.dim / 3)
+        if self.ffn_dim_multiplier is not None:
+            hidden = int(self.ffn_dim_multiplier * hidden)
+        return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
+
+    @property
+    def n_positions(self) -> int:
+        # The last image token is never fed, so the slots are cond_len + max_seq_len - 1.
+        return self.cond_len + self.max_seq_len - 1
+
+    def with_grid(self, h: int, w: int) -> GPTConfig:
+        return replace(self, max_seq_len=h * w, grid=(h, w))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()  # the reference normalises in float32 whatever the model dtype
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return out.type_as(x) * self.weight
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_hidden, bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_hidden, bias=False)
+        self.w2 = nn.Linear(cfg.ffn_hidden, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class KVCache:
+    """Static per-layer K/V buffers ``[n_layer, B, kv_heads, n_slots, head_dim]``.
+
+    ``written[s]`` says whether slot ``s`` holds K/V; attention never looks at other slots.
+    """
+
+    def __init__(self, cfg: GPTConfig, batch: int, device, dtype, n_slots: int | None = None):
+        n_slots = n_slots or cfg.n_positions
+        shape = (cfg.n_layer, batch, cfg.kv_heads, n_slots, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.written = torch.zeros(n_slots, dtype=torch.bool, device=device)
+
+    @property
+    def n_slots(self) -> int:
+        return self.written.numel()
+
+    def invalidate(self, slots: torch.Tensor | slice) -> None:
+        self.written[slots] = False
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        kv_dim = cfg.kv_heads * cfg.head_dim
+        self.wqkv = nn.Linear(cfg.dim, cfg.dim + 2 * kv_dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x, layer: int, slots, mask, cache: KVCache | None):
+        cfg = self.cfg
+        b, q_len, _ = x.shape
+        kv_dim = cfg.kv_heads * cfg.head_dim
+        q, k, v = self.wqkv(x).split([cfg.dim, kv_dim, kv_dim], dim=-1)
+        q = q.view(b, q_len, cfg.n_head, cfg.head_dim).transpose(1, 2)
+        k = k.view(b, q_len, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        v = v.view(b, q_len, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        if cache is not None:
+            cache.k[layer][:, :, slots] = k
+            cache.v[layer][:, :, slots] = v
+            # Only look at the slot range some query can see: short prefixes stay cheap.
+            k, v = cache.k[layer][:, :, : mask.shape[1]], cache.v[layer][:, :, : mask.shape[1]]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask[None, None], enable_gqa=cfg.kv_heads != cfg.n_head
+        )
+        return self.wo(out.transpose(1, 2).reshape(b, q_len, cfg.dim))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.attention = Attention(cfg)
+        self.feed_forward = FeedForward(cfg)
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+    def forward(self, h, layer, slots, mask, cache):
+        h = h + self.attention(self.attention_norm(h), layer, slots, mask, cache)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer over [condition prefix, image tokens].
+
+    Parameter names follow Tar's AR-DTok checkpoints (``clip_proj`` is the feature projection),
+    so the original state dicts load without renaming.
+    """
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        if cfg.cond_type == "features":
+            self.clip_proj = nn.Linear(cfg.cond_dim, cfg.dim)
+        else:
+            # One extra row: the classifier-free-guidance null condition.
+            self.cond_embedding = nn.Embedding(cfg.cond_dim + 1, cfg.dim)
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.abs_pe = nn.Parameter(torch.zeros(1, cfg.n_positions, cfg.dim))
+        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layer))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+
+    # -- embeddings ---------------------------------------------------------------------
+    def embed_condition(self, cond: torch.Tensor) -> torch.Tensor:
+        """``cond``: features [B, T, cond_dim], class ids [B] or index sequences [B, T]."""
+        if self.cfg.cond_type == "features":
+            return self.clip_proj(cond.to(self.clip_proj.weight.dtype))
+        if self.cfg.cond_type == "class":
+            cond = cond.reshape(-1, 1)
+        return self.cond_embedding(cond)
+
+    def null_condition(self, cond: torch.Tensor) -> torch.Tensor:
+        """The unconditional input of classifier-free guidance, shaped like ``cond``."""
+        if self.cfg.cond_type == "features":
+            return torch.zeros_like(cond)  # Tar: all-zero features (they become clip_proj's bias)
+        return torch.full_like(cond, self.cfg.cond_dim)
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.tok_embeddings(tokens)
+
+    # -- forward ------------------------------------------------------------------------
+    def forward_embeddings(
+        self,
+        x: torch.Tensor,
+        slots: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Run embedded inputs ``x [B, Q, dim]`` placed at ``slots [Q]``; returns logits [B, Q, V].
+
+        With a cache, ``mask [Q, S']`` (S' <= n_slots) is each query's boolean row over cache
+        slots; it is intersected with the written slots (including those written by this call).
+        Without a cache, ``mask [Q, Q]`` is over the inputs themselves (causal when None).
+        """
+        q_len = x.shape[1]
+        if cache is None:
+            if mask is None:
+                mask = torch.ones(q_len, q_len, dtype=torch.bool, device=x.device).tril()
+        else:
+            if mask is None:
+                raise ValueError("a cached forward needs an explicit [Q, S] attention mask")
+            cache.written[slots] = True
+            mask = mask & cache.written[: mask.shape[1]]
+            own = mask[torch.arange(q_len, device=x.device), slots.clamp(max=mask.shape[1] - 1)]
+            if not bool(own.all()) or int(slots.max()) >= mask.shape[1]:
+                raise ValueError("every query must see its own slot")
+        h = x + self.abs_pe[0, slots].to(x.dtype)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, i, slots, mask, cache)
+        return self.output(self.norm(h)).float()
+
+    def forward(self, tokens: torch.Tensor | None, cond: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced pass over [cond, tokens] with a causal mask (no cache).
+
+        Returns the logits from the last condition slot on: row ``i`` predicts image token ``i``
+        given the condition and ``tokens[:, :i]`` (``tokens.shape[1] + 1`` rows).
+        """
+        x = self.embed_condition(cond)
+        n_cond = x.shape[1]
+        if tokens is not None and tokens.shape[1]:
+            x = torch.cat([x, self.embed_tokens(tokens)], dim=1)
+        slots = torch.arange(x.shape[1], device=x.device)
+        return self.forward_embeddings(x, slots)[:, n_cond - 1 :]
+
+
+def init_random_(model: nn.Module, seed: int, std: float = 0.02) -> nn.Module:
+    """Deterministic random weights that do not touch the global RNG (toy families, tests).
+
+    Norm scales are drawn around 1 so they matter; everything else is N(0, std).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            if name.endswith("norm.weight"):
+                param.copy_(1.0 + 0.1 * noise)
+            else:
+                param.copy_(std * noise)
+    return model

@@ -1,0 +1,91 @@
+"""Up-samplers U_r (low-res draft tokens -> high-res draft tokens) and the down-sampler D_r.
+
+Both up-samplers share one call: ``upsample(low, high, rows)`` returns the high-res tokens of
+the low-res rows ``rows = (a, b)`` (i.e. high-res rows ``r*a .. r*b``), given the low-res grid
+``low [Hq, Wq]`` (drafted and committed rows filled) and the committed high-res grid
+``high [H, W]`` (-1 where nothing is committed yet). Rows below ``b`` are never read, so
+drafting a block never needs future rows and never changes committed ones.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mulo.models.vq import VQTokenizer
+
+
+class PixelUpsampler:
+    """Training-free pixel path: VQ-decode -> resize x r -> VQ-encode (MuLo-SD v2's default).
+
+    The committed high-res rows just above the block are decoded onto the top of the canvas, so
+    the VQ encoder sees the real image around the seam; ``context_rows`` low-res rows of context
+    are used on both sides of that seam. ``downsample`` is D_r: decode -> area resize / r ->
+    encode, used to turn committed high-res rows into the drafter's low-res prefix.
+    """
+
+    def __init__(self, vq: VQTokenizer, r: int, context_rows: int = 1, mode: str = "bicubic"):
+        self.vq, self.r, self.context_rows, self.mode = vq, r, context_rows, mode
+
+    def upsample(self, low: torch.Tensor, high: torch.Tensor, rows: tuple[int, int]) -> torch.Tensor:
+        a, b = rows
+        r = self.r
+        top = max(0, a - self.context_rows)
+        low_pixels = self.vq.decode(low[None, top:b])
+        canvas = F.interpolate(low_pixels, scale_factor=r, mode=self.mode, align_corners=False).clamp(0, 1)
+        if a > top:  # keep the committed high-res rows on the canvas
+            committed = self.vq.decode(high[None, top * r : a * r])
+            canvas[:, :, : committed.shape[2]] = committed
+        tokens = self.vq.encode(canvas)[0]
+        return tokens[(a - top) * r :]
+
+    def downsample(self, high: torch.Tensor, rows: tuple[int, int]) -> torch.Tensor:
+        a, b = rows
+        r = self.r
+        top = max(0, a - self.context_rows)
+        pixels = self.vq.decode(high[None, top * r : b * r])
+        small = F.interpolate(pixels, scale_factor=1 / r, mode="area")
+        return self.vq.encode(small)[0][a - top :]
+
+
+class RowCausalConv(nn.Conv2d):
+    """A 2-D convolution whose output row i only sees input rows <= i (padding above only)."""
+
+    def __init__(self, channels_in: int, channels_out: int, kernel: int = 3):
+        super().__init__(channels_in, channels_out, kernel, padding=0)
+        self.kernel = kernel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        half = self.kernel // 2
+        return super().forward(F.pad(x, (half, half, self.kernel - 1, 0)))
+
+
+class TokenUpsampler(nn.Module):
+    """Learned latent up-sampler (MuLo-SD v1): row-causal convolutions + pixel shuffle.
+
+    Maps low-res tokens ``[B, Hq, Wq]`` to high-res token logits ``[B, V, r*Hq, r*Wq]``; the r x r
+    children of a low-res token depend on it and on the low-res rows at or above it only.
+    """
+
+    def __init__(self, vocab_size: int, r: int, width: int = 64, depth: int = 2, kernel: int = 3):
+        super().__init__()
+        self.r = r
+        self.config = dict(vocab_size=vocab_size, r=r, width=width, depth=depth, kernel=kernel)
+        self.embed = nn.Embedding(vocab_size, width)
+        self.blocks = nn.ModuleList(RowCausalConv(width, width, kernel) for _ in range(depth))
+        self.expand = nn.Conv2d(width, width * r * r, 1)
+        self.head = nn.Conv2d(width, vocab_size, 1)
+
+    def forward(self, low: torch.Tensor) -> torch.Tensor:
+        h = self.embed(low).permute(0, 3, 1, 2)
+        for block in self.blocks:
+            h = h + F.gelu(block(h))
+        h = F.pixel_shuffle(self.expand(h), self.r)
+        return self.head(F.gelu(h))
+
+    @torch.no_grad()
+    def upsample(self, low: torch.Tensor, high: torch.Tensor, rows: tuple[int, int]) -> torch.Tensor:
+        a, b = rows
+        logits = self(low[None, :b].clamp_min(0))[0]  # rows >= b are not even given
+        return logits.argmax(0)[a * self.r :]

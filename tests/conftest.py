@@ -1,0 +1,31 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "golden", "tar")
+
+
+@pytest.fixture(scope="session")
+def toy():
+    from mulo.families import toy
+
+    return toy.build()
+
+
+@pytest.fixture(scope="session")
+def engine(toy):
+    from mulo.engine import Engine
+
+    return Engine(toy)
+
+
+@pytest.fixture(scope="session")
+def golden_dir():
+    path = os.path.abspath(GOLDEN)
+    if not os.path.isdir(path):
+        pytest.fail(f"golden reference data missing at {path} (shared/ must sit beside the repo)")
+    return path

@@ -1,0 +1,66 @@
+"""Small builders shared by the method tests."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from types import SimpleNamespace
+
+import torch
+
+from mulo.config import GenerationConfig
+from mulo.methods.common import DecodeContext
+from mulo.models.gpt import GPT, GPTConfig, init_random_
+from mulo.sampling import cfg_combine, logits_to_probs
+from mulo.timing import PhaseTimer
+
+
+def tiny_gpt(seed: int, vocab: int, side: int, dim_preset: str = "test-tiny", std: float = 0.5) -> GPT:
+    cfg = GPTConfig.preset(dim_preset, vocab_size=vocab, max_seq_len=side * side, cond_len=2, cond_dim=4, multiple_of=32)
+    return init_random_(GPT(cfg), seed, std=std).eval()
+
+
+def run_method(fn, family, cond, seed: int, **knobs):
+    """Run a method generator directly (no engine, no VQ); returns (tokens [H, W], rounds, ctx)."""
+    ctx = DecodeContext(family, cond, GenerationConfig(**knobs), torch.Generator().manual_seed(seed), PhaseTimer("cpu"))
+    gen = fn(ctx)
+    rounds = []
+    while True:
+        try:
+            rounds.append(next(gen))
+        except StopIteration as done:
+            return done.value, rounds, ctx
+
+
+def bare_family(target, draft_model=None):
+    return SimpleNamespace(name="bare", target=target, draft_model=draft_model, grid=target.cfg.grid_hw)
+
+
+@torch.no_grad()
+def exact_sequence_distribution(model: GPT, cond: torch.Tensor, cfg_scale: float, temperature: float = 1.0):
+    """Probability of every token sequence under the model (CFG, temperature), by enumeration."""
+    vocab, n = model.cfg.vocab_size, model.cfg.max_seq_len
+    seqs = torch.tensor(list(itertools.product(range(vocab), repeat=n)))
+    batch = len(seqs)
+    c = model(seqs[:, :-1], cond[None].expand(batch, -1, -1))
+    u = model(seqs[:, :-1], model.null_condition(cond)[None].expand(batch, -1, -1))
+    probs = logits_to_probs(cfg_combine(c, u, cfg_scale), temperature)
+    return seqs, probs.gather(-1, seqs[..., None])[..., 0].prod(-1)
+
+
+def chi_square(counts: torch.Tensor, expected_probs: torch.Tensor) -> tuple[float, int]:
+    """Pearson chi-square with bins of expected count < 5 pooled; returns (statistic, dof)."""
+    total = counts.sum()
+    expected = expected_probs * total
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    return stat, int(keep.sum()) - 1
+
+
+def chi_square_critical(dof: int, z: float = 3.09) -> float:
+    """Upper critical value (z = 3.09: p = 0.001) by the Wilson-Hilferty approximation."""
+    a = 2 / (9 * dof)
+    return dof * (1 - a + z * math.sqrt(a)) ** 3

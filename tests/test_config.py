@@ -1,0 +1,59 @@
+"""Bad knobs raise one clear error naming the knob and the allowed range."""
+
+import pytest
+
+from mulo.config import ConfigError, GenerationConfig
+
+
+@pytest.mark.parametrize(
+    "method,knobs,message",
+    [
+        ("mulo", {"tau": -0.1}, r"tau must be a number >= 0 \(got -0.1\)"),
+        ("mulo", {"radius": -1}, r"radius must be an integer in \[0, 64\] \(got -1\)"),
+        ("mulo", {"r": 3}, r"r=3 does not divide the target grid 8x8"),
+        ("mulo", {"r": 8}, r"r must be one of 2, 4"),
+        ("mulo", {"k": 500}, r"k must be an integer in \[0, 127\]"),
+        ("mulo", {"top_p": 0}, r"top_p must be a number in \(0, 1\]"),
+        ("mulo", {"drafting": "tree"}, r"drafting must be one of sequential, zipar"),
+        ("mulo", {"resampling": "all"}, r"resampling must be one of raster, islands"),
+        ("mulo", {"rows_per_block": 1.5}, r"rows_per_block must be an integer"),
+        ("sjd", {"sjd_window": 0}, r"sjd_window must be an integer in \[1, 4096\]"),
+        ("zipar", {"zipar_window": 0}, r"zipar_window must be"),
+        ("lantern", {"delta": -1}, r"delta must be a number in \[0, 100\]"),
+        ("ar", {"temperature": float("nan")}, r"temperature must be a number"),
+        ("ar", {"bogus": 1}, r"unknown knob\(s\): bogus"),
+        ("beam", {}, r"method must be one of ar, zipar, sjd, sd, lantern, mulo \(got 'beam'\)"),
+    ],
+)
+def test_invalid_knobs(engine, method, knobs, message):
+    with pytest.raises(ConfigError, match=message):
+        engine.generate("red apple", method, 0, knobs)
+
+
+@pytest.mark.parametrize("prompt,message", [("", "prompt must not be empty"), ("   ", "prompt must not be empty"),
+                                            ("x" * 301, "at most 300 characters"), (None, "prompt must be a string")])
+def test_invalid_prompts(engine, prompt, message):
+    with pytest.raises(ConfigError, match=message):
+        engine.generate(prompt, "ar", 0)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True])
+def test_invalid_seed(engine, seed):
+    with pytest.raises(ConfigError, match="seed must be an integer"):
+        engine.generate("red apple", "ar", seed)
+
+
+def test_family_defaults_apply_under_request_values(engine):
+    engine.family.defaults = {"tau": 0.3, "k": 5}
+    try:
+        cfg = engine.make_config({"k": 2})
+    finally:
+        engine.family.defaults = {}
+    assert (cfg.tau, cfg.k) == (0.3, 2)
+    assert engine.make_config(None) == GenerationConfig()
+
+
+def test_rows_per_block_auto():
+    assert GenerationConfig(drafting="sequential").resolved_rows_per_block(16) == 1
+    assert GenerationConfig(drafting="zipar").resolved_rows_per_block(16) == 16
+    assert GenerationConfig(rows_per_block=40).resolved_rows_per_block(16) == 16
