@@ -27,7 +27,9 @@ def _knob_flags(parser: argparse.ArgumentParser) -> None:
         if isinstance(default, bool):
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
-            group.add_argument(flag, dest=f.name, type=type(default), default=None, metavar=f.name.upper(), help=help_text)
+            group.add_argument(
+                flag, dest=f.name, type=type(default), default=None, metavar=f.name.upper(), help=help_text
+            )
 
 
 def _field_comments() -> dict[str, str]:

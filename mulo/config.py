@@ -70,8 +70,10 @@ def _check(ok: bool, message: str) -> None:
 
 def _number(name: str, value, low: float, high: float = math.inf, integer: bool = False) -> None:
     kind = "an integer" if integer else "a number"
-    valid = isinstance(value, int) and not isinstance(value, bool) if integer else (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    valid = (
+        isinstance(value, int) and not isinstance(value, bool)
+        if integer
+        else (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
     )
     bounds = f">= {low}" if high == math.inf else f"in [{low}, {high}]"
     _check(valid and low <= value <= high, f"{name} must be {kind} {bounds} (got {value!r})")

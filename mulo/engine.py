@@ -17,7 +17,8 @@ import torch
 
 import mulo
 from mulo.config import ConfigError, GenerationConfig, validate, validate_method, validate_prompt, validate_seed
-from mulo.methods import ar, mulo as mulo_sd, sjd, speculative, zipar
+from mulo.methods import ar, sjd, speculative, zipar
+from mulo.methods import mulo as mulo_sd
 from mulo.methods.common import DecodeContext
 from mulo.models.vq import to_uint8
 from mulo.timing import PhaseTimer
@@ -97,10 +98,20 @@ class Engine:
                 image = to_uint8(fam.vq.decode(tokens[None].to(fam.device)))[0].numpy()
             latency = time.perf_counter() - start
             trace = Trace(
-                method=method, family=fam.name, prompt=prompt, seed=seed, config=cfg.to_dict(),
-                device=str(fam.device), dtype=str(next(fam.target.parameters()).dtype).replace("torch.", ""),
-                versions=versions(), grid=fam.grid, tokens=tokens.numpy(), latency_s=latency,
-                timings_s=timer.snapshot(), nfe=ctx.nfe(), rounds=rounds,
+                method=method,
+                family=fam.name,
+                prompt=prompt,
+                seed=seed,
+                config=cfg.to_dict(),
+                device=str(fam.device),
+                dtype=str(next(fam.target.parameters()).dtype).replace("torch.", ""),
+                versions=versions(),
+                grid=fam.grid,
+                tokens=tokens.numpy(),
+                latency_s=latency,
+                timings_s=timer.snapshot(),
+                nfe=ctx.nfe(),
+                rounds=rounds,
             )
             return Result(tokens, image, trace)
 

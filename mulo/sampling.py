@@ -14,9 +14,7 @@ def cfg_combine(cond_logits: torch.Tensor, uncond_logits: torch.Tensor, scale: f
     return uncond_logits + scale * (cond_logits - uncond_logits)
 
 
-def logits_to_probs(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> torch.Tensor:
+def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The distribution a model samples from: temperature, then top-k, then top-p, in float32.
 
     ``temperature == 0`` is greedy decoding: a one-hot distribution on the arg-max, so every
@@ -135,12 +133,10 @@ def lantern_relaxed(
     return own + moved, pooled
 
 
-def speculative_accept(
-    p_draft: torch.Tensor, q_draft: torch.Tensor, generator: torch.Generator | None
-) -> torch.Tensor:
+def speculative_accept(p_draft: torch.Tensor, q_draft: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Exact speculative sampling test: accept with probability ``min(1, p(x) / q(x))``."""
     u = uniform(p_draft.shape, generator, p_draft.device)
-    return u * q_draft <= p_draft
+    return u * q_draft < p_draft  # strict: a token the target gives probability 0 never passes
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

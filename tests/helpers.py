@@ -16,7 +16,9 @@ from mulo.timing import PhaseTimer
 
 
 def tiny_gpt(seed: int, vocab: int, side: int, dim_preset: str = "test-tiny", std: float = 0.5) -> GPT:
-    cfg = GPTConfig.preset(dim_preset, vocab_size=vocab, max_seq_len=side * side, cond_len=2, cond_dim=4, multiple_of=32)
+    cfg = GPTConfig.preset(
+        dim_preset, vocab_size=vocab, max_seq_len=side * side, cond_len=2, cond_dim=4, multiple_of=32
+    )
     return init_random_(GPT(cfg), seed, std=std).eval()
 
 

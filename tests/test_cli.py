@@ -18,8 +18,24 @@ def run(*args):
 @pytest.mark.parametrize("method", METHODS)
 def test_generate_writes_image_and_valid_trace(method, tmp_path):
     out, trace = tmp_path / "x.png", tmp_path / "x.json"
-    proc = run("generate", "--family", "toy", "--prompt", "red apple", "--method", method, "--seed", "0",
-               "--out", str(out), "--trace", str(trace), "--rows-per-block", "2", "--no-refresh")
+    proc = run(
+        "generate",
+        "--family",
+        "toy",
+        "--prompt",
+        "red apple",
+        "--method",
+        method,
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--trace",
+        str(trace),
+        "--rows-per-block",
+        "2",
+        "--no-refresh",
+    )
     assert proc.returncode == 0, proc.stderr
     assert Image.open(out).size == (32, 32)
     data = json.loads(trace.read_text())

@@ -30,8 +30,15 @@ def test_invalid_knobs(engine, method, knobs, message):
         engine.generate("red apple", method, 0, knobs)
 
 
-@pytest.mark.parametrize("prompt,message", [("", "prompt must not be empty"), ("   ", "prompt must not be empty"),
-                                            ("x" * 301, "at most 300 characters"), (None, "prompt must be a string")])
+@pytest.mark.parametrize(
+    "prompt,message",
+    [
+        ("", "prompt must not be empty"),
+        ("   ", "prompt must not be empty"),
+        ("x" * 301, "at most 300 characters"),
+        (None, "prompt must be a string"),
+    ],
+)
 def test_invalid_prompts(engine, prompt, message):
     with pytest.raises(ConfigError, match=message):
         engine.generate(prompt, "ar", 0)

@@ -33,7 +33,9 @@ def cached_logits(model, cond, tokens):
         for i in range(tokens.shape[1] - 1):
             slot = torch.tensor([n_cond + i])
             step_mask = torch.ones(1, n_cond + i + 1, dtype=torch.bool)
-            rows.append(model.forward_embeddings(model.embed_tokens(tokens[:, i : i + 1]), slot, step_mask, cache)[:, 0])
+            rows.append(
+                model.forward_embeddings(model.embed_tokens(tokens[:, i : i + 1]), slot, step_mask, cache)[:, 0]
+            )
     return torch.stack(rows, 1)
 
 
@@ -51,7 +53,9 @@ def test_teacher_forced_and_cached_logits(model, ref, prefix):
     with torch.no_grad():
         teacher = model(tokens[:, :-1], cond)
     torch.testing.assert_close(teacher, ref[f"{prefix}teacher_forced_logits"], atol=ATOL, rtol=ATOL)
-    torch.testing.assert_close(cached_logits(model, cond, tokens), ref[f"{prefix}kv_cache_logits"], atol=ATOL, rtol=ATOL)
+    torch.testing.assert_close(
+        cached_logits(model, cond, tokens), ref[f"{prefix}kv_cache_logits"], atol=ATOL, rtol=ATOL
+    )
 
 
 @pytest.mark.parametrize("run", ["sample", "topk_topp", "short_sample"])
@@ -92,7 +96,9 @@ def test_sampled_tokens_reproduce_with_a_request_generator(model, ref, run):
             if i + 1 < length:
                 slot = torch.tensor([n_cond + i])
                 step_mask = torch.ones(1, n_cond + i + 1, dtype=torch.bool)
-                logits = model.forward_embeddings(model.embed_tokens(torch.cat([token, token])), slot, step_mask, cache)[:, 0]
+                logits = model.forward_embeddings(
+                    model.embed_tokens(torch.cat([token, token])), slot, step_mask, cache
+                )[:, 0]
     assert torch.equal(torch.cat(out, 1), ref[f"{run}_tokens"].long())
 
 

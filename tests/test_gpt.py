@@ -7,7 +7,9 @@ from mulo.models.gpt import GPT, GPTConfig, KVCache, init_random_
 
 
 def tiny(**overrides):
-    cfg = GPTConfig.preset("test-tiny", vocab_size=50, max_seq_len=16, cond_len=3, cond_dim=8, multiple_of=32, **overrides)
+    cfg = GPTConfig.preset(
+        "test-tiny", vocab_size=50, max_seq_len=16, cond_len=3, cond_dim=8, multiple_of=32, **overrides
+    )
     return init_random_(GPT(cfg), seed=1, std=0.3).eval()
 
 
@@ -45,7 +47,9 @@ def test_cached_step_by_step_equals_teacher_forced(kv_heads):
         steps = [first]
         for i in range(15):
             slot = torch.tensor([3 + i])
-            out = model.forward_embeddings(model.embed_tokens(tokens[:, i : i + 1]), slot, causal[slot][:, : 4 + i], cache)
+            out = model.forward_embeddings(
+                model.embed_tokens(tokens[:, i : i + 1]), slot, causal[slot][:, : 4 + i], cache
+            )
             steps.append(out[:, 0])
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-4, rtol=1e-4)
 
@@ -69,7 +73,9 @@ def test_custom_mask_equals_recomputation_over_visible_context():
         return model.forward_embeddings(model.embed_tokens(tokens[:, positions]), slots, mask, cache)
 
     with torch.no_grad():
-        model.forward_embeddings(model.embed_condition(cond), torch.arange(3), torch.ones(3, 3, dtype=torch.bool).tril(), cache)
+        model.forward_embeddings(
+            model.embed_condition(cond), torch.arange(3), torch.ones(3, 3, dtype=torch.bool).tril(), cache
+        )
         write(hidden, list(range(cache.n_slots)))  # other slots, written first, with any context
         write(visible, [0, 1, 2] + [3 + v for v in visible])  # the visible ones see only each other
         cached = write([11], [0, 1, 2] + [3 + v for v in visible + [11]])[0, 0]
@@ -91,9 +97,15 @@ def test_unwritten_slots_are_never_attended():
         cache.k.fill_(garbage)  # written slots get overwritten, the others keep it
         cache.v.fill_(garbage)
         with torch.no_grad():
-            model.forward_embeddings(model.embed_condition(cond), torch.arange(3), torch.ones(3, 3, dtype=torch.bool).tril(), cache)
+            model.forward_embeddings(
+                model.embed_condition(cond), torch.arange(3), torch.ones(3, 3, dtype=torch.bool).tril(), cache
+            )
             everything = torch.ones(1, cache.n_slots, dtype=torch.bool)
-            outs.append(model.forward_embeddings(model.embed_tokens(torch.tensor([[4]])), torch.tensor([3 + 6]), everything, cache))
+            outs.append(
+                model.forward_embeddings(
+                    model.embed_tokens(torch.tensor([[4]])), torch.tensor([3 + 6]), everything, cache
+                )
+            )
     torch.testing.assert_close(outs[0], outs[1])
 
 
@@ -106,7 +118,9 @@ def test_query_must_see_its_own_slot():
 
 
 def test_class_conditioning_has_a_null_class():
-    cfg = GPTConfig.preset("test-tiny", vocab_size=20, max_seq_len=4, cond_type="class", cond_len=1, cond_dim=10, multiple_of=32)
+    cfg = GPTConfig.preset(
+        "test-tiny", vocab_size=20, max_seq_len=4, cond_type="class", cond_len=1, cond_dim=10, multiple_of=32
+    )
     model = init_random_(GPT(cfg), seed=0, std=0.3)
     cond = torch.tensor([3])
     assert model.null_condition(cond).tolist() == [10]

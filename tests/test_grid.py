@@ -85,8 +85,10 @@ def brute_components(mask):
                     a, b = i + di, j + dj
                     if 0 <= a < h and 0 <= b < w and cells[a][b]:
                         parent[find(i * w + j)] = find(a * w + b)
-    return {frozenset(k for k in range(h * w) if cells[k // w][k % w] and find(k) == root)
-            for root in {find(k) for k in range(h * w) if cells[k // w][k % w]}}
+    return {
+        frozenset(k for k in range(h * w) if cells[k // w][k % w] and find(k) == root)
+        for root in {find(k) for k in range(h * w) if cells[k // w][k % w]}
+    }
 
 
 def test_islands_are_the_8_connected_components():

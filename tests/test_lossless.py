@@ -3,7 +3,14 @@
 import torch
 
 from mulo.methods import ar, sjd, speculative
-from tests.helpers import bare_family, chi_square, chi_square_critical, exact_sequence_distribution, run_method, tiny_gpt
+from tests.helpers import (
+    bare_family,
+    chi_square,
+    chi_square_critical,
+    exact_sequence_distribution,
+    run_method,
+    tiny_gpt,
+)
 
 VOCAB, SIDE = 3, 2  # 81 possible 2x2 images: small enough to enumerate
 

@@ -31,8 +31,16 @@ def test_mulo_rejecting_everything_is_exact_greedy_ar(engine, resampling, rows_p
     exactly the raster context, so greedy MuLo-SD must reproduce greedy AR token for token:
     this checks verification, local rejection, cache refresh and the island masks together."""
     ar = tokens(engine, "ar", **GREEDY).tokens
-    result = tokens(engine, "mulo", tau=1.5, radius=1, resampling=resampling, rows_per_block=rows_per_block,
-                    drafting=drafting, **GREEDY)
+    result = tokens(
+        engine,
+        "mulo",
+        tau=1.5,
+        radius=1,
+        resampling=resampling,
+        rows_per_block=rows_per_block,
+        drafting=drafting,
+        **GREEDY,
+    )
     assert torch.equal(result.tokens, ar)
     summary = result.trace.summary()
     assert summary["acceptance_rate"] == 0.0
@@ -164,7 +172,7 @@ def test_same_request_same_seed_is_identical(engine, method):
     b = tokens(engine, method, seed=11, tau=0.05)
     assert torch.equal(a.tokens, b.tokens)
     assert len(a.trace.rounds) == len(b.trace.rounds)
-    for ra, rb in zip(a.trace.rounds, b.trace.rounds):
+    for ra, rb in zip(a.trace.rounds, b.trace.rounds, strict=True):
         for name in ("draft", "accepted", "rejected", "reopened", "islands", "resampled", "tokens"):
             assert np.array_equal(getattr(ra, name), getattr(rb, name)), name
         assert ra.t0 == rb.t0

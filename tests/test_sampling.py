@@ -67,7 +67,9 @@ def test_pooled_probability_sums_the_draft_and_its_neighbours():
     probs = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]])
     neighbours = torch.tensor([[1, 2], [0, 2], [3, 1], [2, 0]])
     draft = torch.tensor([0, 3])
-    torch.testing.assert_close(pooled_probability(probs, draft, neighbours), torch.tensor([0.1 + 0.2 + 0.3, 0.1 + 0.2 + 0.4]))
+    torch.testing.assert_close(
+        pooled_probability(probs, draft, neighbours), torch.tensor([0.1 + 0.2 + 0.3, 0.1 + 0.2 + 0.4])
+    )
     torch.testing.assert_close(pooled_probability(probs, draft, neighbours[:, :0]), torch.tensor([0.1, 0.1]))
 
 

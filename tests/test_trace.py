@@ -19,8 +19,22 @@ def test_json_round_trip_and_schema(engine, method, tmp_path):
     again = Trace.from_json(path)
     assert again.to_dict() == trace.to_dict()
     config = data["config"]
-    for knob in ("r", "tau", "k", "radius", "rows_per_block", "drafting", "resampling", "zipar_window",
-                 "sjd_window", "delta", "cfg", "temperature", "top_k", "top_p"):
+    for knob in (
+        "r",
+        "tau",
+        "k",
+        "radius",
+        "rows_per_block",
+        "drafting",
+        "resampling",
+        "zipar_window",
+        "sjd_window",
+        "delta",
+        "cfg",
+        "temperature",
+        "top_k",
+        "top_p",
+    ):
         assert knob in config
     assert data["grid"] == [8, 8] and data["method"] == method and data["seed"] == 4
     assert set(data["nfe"]) == {"target", "drafter"}
@@ -57,8 +71,22 @@ def test_summary_definitions():
         rnd(0, [[5, 6], [-1, -1]], [[1, 0], [0, 0]], [[5, 9], [-1, -1]]),
         rnd(1, [[-1, -1], [7, 8]], [[0, 0], [1, 1]], [[5, 9], [7, 8]]),
     ]
-    trace = Trace("sd", "toy", "p", 0, {}, "cpu", "float32", {}, shape, np.array([[5, 9], [7, 8]]), 1.0,
-                  {"verify": 0.5}, {"target": 2, "drafter": 4}, rounds)
+    trace = Trace(
+        "sd",
+        "toy",
+        "p",
+        0,
+        {},
+        "cpu",
+        "float32",
+        {},
+        shape,
+        np.array([[5, 9], [7, 8]]),
+        1.0,
+        {"verify": 0.5},
+        {"target": 2, "drafter": 4},
+        rounds,
+    )
     s = trace.summary()
     assert s["proposed"] == 4 and s["accepted"] == 3
     assert s["acceptance_rate"] == 0.75

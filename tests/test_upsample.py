@@ -2,8 +2,6 @@
 
 import torch
 
-from mulo.families import toy
-
 
 def test_learned_upsampler_is_row_causal(toy):
     up = toy.upsampler("learned", 2)

@@ -46,8 +46,13 @@ class HashedWords:
 
 def _gpt(seed: int, side: int, preset: str = "test-tiny", **overrides) -> GPT:
     cfg = GPTConfig.preset(
-        preset, vocab_size=VOCAB, max_seq_len=side * side, cond_len=COND_LEN, cond_dim=COND_DIM,
-        multiple_of=32, **overrides,
+        preset,
+        vocab_size=VOCAB,
+        max_seq_len=side * side,
+        cond_len=COND_LEN,
+        cond_dim=COND_DIM,
+        multiple_of=32,
+        **overrides,
     )
     # std 0.3 gives peaked but not degenerate next-token distributions at this width.
     return init_random_(GPT(cfg), seed, std=0.3)
@@ -57,9 +62,20 @@ def build(seed: int = 0) -> Family:
     target = _gpt(seed, GRID)
     drafters = {2: _gpt(seed + 1, GRID // 2), 4: _gpt(seed + 2, GRID // 4)}
     draft_model = init_random_(
-        GPT(GPTConfig(dim=16, n_layer=1, n_head=2, vocab_size=VOCAB, max_seq_len=GRID * GRID,
-                      cond_len=COND_LEN, cond_dim=COND_DIM, multiple_of=16)),
-        seed + 3, std=0.3,
+        GPT(
+            GPTConfig(
+                dim=16,
+                n_layer=1,
+                n_head=2,
+                vocab_size=VOCAB,
+                max_seq_len=GRID * GRID,
+                cond_len=COND_LEN,
+                cond_dim=COND_DIM,
+                multiple_of=16,
+            )
+        ),
+        seed + 3,
+        std=0.3,
     )
     with torch.random.fork_rng():  # diffusers initialises from the global RNG
         torch.manual_seed(seed + 4)
@@ -67,12 +83,21 @@ def build(seed: int = 0) -> Family:
             block_out_channels=(16, 16, 16),
             down_block_types=("DownEncoderBlock2D",) * 3,
             up_block_types=("UpDecoderBlock2D",) * 3,
-            layers_per_block=1, latent_channels=4, num_vq_embeddings=VOCAB, vq_embed_dim=4,
-            norm_num_groups=8, sample_size=GRID * 4,
+            layers_per_block=1,
+            latent_channels=4,
+            num_vq_embeddings=VOCAB,
+            vq_embed_dim=4,
+            norm_num_groups=8,
+            sample_size=GRID * 4,
         )
         torch.nn.init.normal_(vq_model.quantize.embedding.weight)
     upsamplers = {r: init_random_(TokenUpsampler(VOCAB, r, width=16), seed + 5 + r, std=0.3) for r in (2, 4)}
     return Family(
-        "toy", target, drafters, VQTokenizer(vq_model), HashedWords(COND_LEN, COND_DIM, seed),
-        draft_model=draft_model, upsamplers=upsamplers,
+        "toy",
+        target,
+        drafters,
+        VQTokenizer(vq_model),
+        HashedWords(COND_LEN, COND_DIM, seed),
+        draft_model=draft_model,
+        upsamplers=upsamplers,
     )

@@ -122,11 +122,10 @@ def generate(ctx: DecodeContext):
             rejected = torch.zeros(n_total, dtype=torch.bool)
             rejected[lo:hi] = pooled < cfg.tau
 
-        flat = lambda name: getattr(rnd, name).reshape(-1)  # noqa: E731
-        flat("draft")[lo:hi] = draft.numpy()
-        flat("score")[lo:hi] = pooled.numpy()
-        flat("accepted")[lo:hi] = (~rejected[lo:hi]).numpy()
-        flat("rejected")[:] = rejected.numpy()
+        rnd.draft.reshape(-1)[lo:hi] = draft.numpy()
+        rnd.score.reshape(-1)[lo:hi] = pooled.numpy()
+        rnd.accepted.reshape(-1)[lo:hi] = (~rejected[lo:hi]).numpy()
+        rnd.rejected.reshape(-1)[:] = rejected.numpy()
 
         if bool(rejected.any()):
             t0 = int(rejected.nonzero()[0])
@@ -135,11 +134,11 @@ def generate(ctx: DecodeContext):
             reopened = G.expand(rejected.view(height, width), cfg.radius, t0).reshape(-1) & in_block
             labels = G.islands(reopened.view(height, width)).reshape(-1)
             rnd.t0 = t0
-            flat("reopened")[:] = reopened.numpy()
-            flat("islands")[:] = labels.numpy()
+            rnd.reopened.reshape(-1)[:] = reopened.numpy()
+            rnd.islands.reshape(-1)[:] = labels.numpy()
             with ctx.phase("resample"):
                 waves = resample(ctx, target, seq, probs[t0 - lo], t0, reopened, labels)
-            flat("resampled")[:] = waves.numpy()
+            rnd.resampled.reshape(-1)[:] = waves.numpy()
         x[lo:hi] = seq[lo:hi]
         yield ctx.close(rnd, x)
 

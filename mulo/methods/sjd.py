@@ -14,19 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mulo.methods.chain import chain_probs, first_rejection, mark_chain, mark_replaced
 from mulo.methods.common import DecodeContext
 from mulo.sampling import residual_distribution, speculative_accept
-
-
-def window_probs(ctx: DecodeContext, target, seq: torch.Tensor, n: int, m: int) -> torch.Tensor:
-    """Target distributions of positions n .. n+m (n+m only if it exists), one forward pass."""
-    n_total = len(seq)
-    rows = [target.first_logits[None]] if n == 0 else []
-    first, last = max(n - 1, 0), min(n + m - 1, n_total - 2)
-    if last >= first:
-        positions = torch.arange(first, last + 1)
-        rows.append(target.feed(positions, seq[positions], target.causal_mask(positions)))
-    return target.probs(torch.cat(rows))
 
 
 def generate(ctx: DecodeContext):
@@ -51,23 +41,16 @@ def generate(ctx: DecodeContext):
             m = len(drafts)
             seq = x.clone()
             seq[n : n + m] = drafts
-            p = window_probs(ctx, target, seq, n, m).cpu()
+            p = chain_probs(target, seq, n, m)
             fresh = ctx.sample(p)
             p_draft = p[torch.arange(m), drafts]
             q_draft = qs[torch.arange(m), drafts]
-            ok = speculative_accept(p_draft, q_draft, ctx.generator)
-            n_ok = m if bool(ok.all()) else int((~ok).nonzero()[0])
+            n_ok = first_rejection(speculative_accept(p_draft, q_draft, ctx.generator))
             x[n : n + n_ok] = drafts[:n_ok]
-            flat = {name: getattr(rnd, name).reshape(-1) for name in ("draft", "score", "accepted", "rejected", "reopened", "resampled")}
-            flat["draft"][n : n + m] = drafts.numpy()
-            flat["score"][n : n + m] = (p_draft / q_draft).clamp(max=1).numpy()
-            flat["accepted"][n : n + n_ok] = 1
+            mark_chain(rnd, n, drafts, p_draft / q_draft, n_ok)
             if n_ok < m:  # replace the first rejected draft from the residual
-                i = n + n_ok
-                x[i] = ctx.sample(residual_distribution(p[n_ok], qs[n_ok]))
-                for name in ("rejected", "reopened", "resampled"):
-                    flat[name][i] = 1
-                rnd.t0 = i
+                x[n + n_ok] = ctx.sample(residual_distribution(p[n_ok], qs[n_ok]))
+                mark_replaced(rnd, n + n_ok)
                 n_ok += 1
             n += n_ok
             # Fresh samples after the committed tokens are the next drafts.

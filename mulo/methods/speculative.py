@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from mulo.methods.chain import chain_probs, first_rejection, mark_chain, mark_replaced
 from mulo.methods.common import DecodeContext
-from mulo.sampling import lantern_relaxed, lantern_residual, residual_distribution
+from mulo.sampling import lantern_relaxed, lantern_residual, residual_distribution, speculative_accept
 
 
 def _draft(ctx: DecodeContext, drafter, seq: torch.Tensor, n: int, count: int):
@@ -32,17 +33,6 @@ def _draft(ctx: DecodeContext, drafter, seq: torch.Tensor, n: int, count: int):
         seq[u] = ctx.sample(q)
         qs.append(q)
     return torch.stack(qs)
-
-
-def _verify(target, seq: torch.Tensor, n: int, count: int) -> torch.Tensor:
-    """Target distributions of positions n .. n+count (the last only if it exists), one pass."""
-    n_total = len(seq)
-    rows = [target.first_logits[None]] if n == 0 else []
-    last = min(n + count - 1, n_total - 2)
-    if last >= max(n - 1, 0):
-        logits, positions = target.feed_through(seq, last, include=torch.arange(max(n - 1, 0), last + 1))
-        rows.append(logits[positions >= n - 1])
-    return target.probs(torch.cat(rows)).cpu()
 
 
 def generate(ctx: DecodeContext, relaxed: bool = False):
@@ -67,7 +57,7 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
         with ctx.phase("drafter"):
             q = _draft(ctx, drafter, seq, n, count)
         with ctx.phase("verify"):
-            p = _verify(target, seq, n, count)
+            p = chain_probs(target, seq, n, count)
             drafts = seq[n : n + count]
             idx = torch.arange(count)
             if relaxed:
@@ -75,14 +65,9 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
             else:
                 p_test = p[idx, drafts]
             q_test = q[idx, drafts]
-            u = torch.rand(count, generator=ctx.generator)
-            ok = u * q_test < p_test  # accept with probability min(1, p/q)
-            n_ok = count if bool(ok.all()) else int((~ok).nonzero()[0])
+            n_ok = first_rejection(speculative_accept(p_test, q_test, ctx.generator))
             x[n : n + n_ok] = drafts[:n_ok]
-            flat = {name: getattr(rnd, name).reshape(-1) for name in ("draft", "score", "accepted", "rejected", "reopened", "resampled")}
-            flat["draft"][n : n + count] = drafts.numpy()
-            flat["score"][n : n + count] = (p_test / q_test).clamp(max=1).numpy()
-            flat["accepted"][n : n + n_ok] = 1
+            mark_chain(rnd, n, drafts, p_test / q_test, n_ok)
             i = n + n_ok
             if n_ok < count:
                 if relaxed:
@@ -90,13 +75,11 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
                 else:
                     residual = residual_distribution(p[n_ok], q[n_ok])
                 x[i] = ctx.sample(residual)
-                for name in ("rejected", "reopened", "resampled"):
-                    flat[name][i] = 1
-                rnd.t0 = i
+                mark_replaced(rnd, i)
                 n = i + 1
             elif i < n_total:  # every draft accepted: a bonus token from the target
                 x[i] = ctx.sample(p[count])
-                flat["resampled"][i] = 1
+                rnd.resampled.reshape(-1)[i] = 1
                 n = i + 1
             else:
                 n = i

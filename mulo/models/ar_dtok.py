@@ -11,11 +11,20 @@ from pathlib import Path
 
 import torch
 
-from mulo.models.gpt import PRESETS, GPT, GPTConfig
+from mulo.models.gpt import GPT, PRESETS, GPTConfig
 
 # Constructor defaults of the original argument dataclass that matter at inference.
-_DEFAULTS = dict(n_kv_head=None, multiple_of=256, ffn_dim_multiplier=None, norm_eps=1e-5,
-                 model_type="class_cond", cond_dim=1152, vocab_size=8192, cls_token_num=1, max_seq_len=2048)
+_DEFAULTS = dict(
+    n_kv_head=None,
+    multiple_of=256,
+    ffn_dim_multiplier=None,
+    norm_eps=1e-5,
+    model_type="class_cond",
+    cond_dim=1152,
+    vocab_size=8192,
+    cls_token_num=1,
+    max_seq_len=2048,
+)
 
 
 def config_from_checkpoint(name: str, args: dict) -> GPTConfig:

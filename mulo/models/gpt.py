@@ -173,9 +173,7 @@ class Attention(nn.Module):
             cache.v[layer][:, :, slots] = v
             # Only look at the slot range some query can see: short prefixes stay cheap.
             k, v = cache.k[layer][:, :, : mask.shape[1]], cache.v[layer][:, :, : mask.shape[1]]
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask[None, None], enable_gqa=cfg.kv_heads != cfg.n_head
-        )
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None], enable_gqa=cfg.kv_heads != cfg.n_head)
         return self.wo(out.transpose(1, 2).reshape(b, q_len, cfg.dim))
 
 
