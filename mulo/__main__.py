@@ -7,6 +7,7 @@ Every knob of ``GenerationConfig`` is a flag of the same name (``rows_per_block`
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from dataclasses import MISSING, fields
@@ -58,6 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
+    tr = sub.add_parser("train", help="train a model family (twemoji)")
+    tr.add_argument("family", choices=["twemoji"])
+    tr.add_argument("--smoke", action="store_true", help="a few steps of every stage on a few images")
+    tr.add_argument("--device", default="cpu")
+    tr.add_argument("--run-dir", type=Path, default=Path("runs/twemoji"), help="checkpoints and the report")
+    tr.add_argument("--assets", type=Path, default=Path("assets/twemoji"), help="where export writes the family")
+    tr.add_argument("--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji)")
+    tr.add_argument("--stages", help="comma-separated subset of stages")
     return parser
 
 
@@ -71,6 +80,8 @@ def cmd_generate(args) -> int:
     engine = Engine(load_family(args.family, args.device))
     result = engine.generate(args.prompt, args.method, args.seed, knobs)
     summary = result.trace.summary()
+    for warning in result.trace.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(result.image).save(args.out)
@@ -87,11 +98,21 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from mulo.train import twemoji
+
+    logging.getLogger("mulo").setLevel(logging.INFO)
+    only = args.stages.split(",") if args.stages else None
+    report = twemoji.run(args.run_dir, args.assets, args.smoke, args.device, only, args.cache)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate}[args.command](args)
+        return {"generate": cmd_generate, "train": cmd_train}[args.command](args)
     except (ValueError, FileNotFoundError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

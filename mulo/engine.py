@@ -66,8 +66,9 @@ class Engine:
         values.update(config or {})
         return GenerationConfig.from_dict(values)
 
-    def check(self, prompt, method: str, seed, config) -> tuple[str, GenerationConfig, torch.Tensor]:
-        """Validate a request; returns the normalised prompt, the full config and the condition."""
+    def check(self, prompt, method: str, seed, config) -> tuple[str, GenerationConfig, torch.Tensor, list[str]]:
+        """Validate a request; returns the normalised prompt, the full config, the condition and
+        warnings (prompt words the family does not know are reported, never silently dropped)."""
         validate_method(method)
         prompt = validate_prompt(prompt)
         validate_seed(seed)
@@ -82,11 +83,13 @@ class Engine:
             cond = fam.condition(prompt)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        return prompt, cfg, cond
+        unknown = getattr(fam.conditioner, "unknown_words", lambda _: [])(prompt)
+        warnings = [f"unknown words ignored: {', '.join(unknown)}"] if unknown else []
+        return prompt, cfg, cond, warnings
 
     def stream(self, prompt: str, method: str = "mulo", seed: int = 0, config=None):
         """Yield each Round of one generation; return its Result."""
-        prompt, cfg, cond = self.check(prompt, method, seed, config)
+        prompt, cfg, cond, warnings = self.check(prompt, method, seed, config)
         fam = self.family
         with self.lock:
             timer = PhaseTimer(fam.device)

@@ -129,6 +129,7 @@ class Trace:
     timings_s: dict[str, float]
     nfe: dict[str, int]
     rounds: list[Round]
+    warnings: list[str] = field(default_factory=list)  # e.g. prompt words the family does not know
 
     # -- summary metrics --------------------------------------------------------------------
     def summary(self) -> dict:
@@ -181,6 +182,7 @@ class Trace:
             "nfe": dict(self.nfe),
             "summary": self.summary(),
             "rounds": [r.to_dict() for r in self.rounds],
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -201,6 +203,7 @@ class Trace:
             timings_s={k: float(v) for k, v in d["timings_s"].items()},
             nfe={k: int(v) for k, v in d["nfe"].items()},
             rounds=[Round.from_dict(r) for r in d["rounds"]],
+            warnings=list(d.get("warnings", [])),
         )
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -305,6 +308,7 @@ TRACE_SCHEMA = {
         "nfe": _NFE,
         "summary": {"type": "object"},
         "rounds": {"type": "array", "items": ROUND_SCHEMA},
+        "warnings": {"type": "array", "items": {"type": "string"}},
     },
 }
 

@@ -1,0 +1,52 @@
+"""Quality metrics on the twemoji family, in the mini-CLIP's feature space.
+
+FD         Frechet distance between Gaussian fits of image features of generated and real
+           images (FID's formula, with the family's own image encoder instead of Inception).
+adherence  fraction of generated images whose top-5 retrieved texts (among every emoji text)
+           include a text of the prompted emoji.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def _sqrt_psd(matrix: np.ndarray) -> np.ndarray:
+    values, vectors = np.linalg.eigh((matrix + matrix.T) / 2)
+    return (vectors * np.sqrt(np.clip(values, 0, None))) @ vectors.T
+
+
+def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """``||mu_a - mu_b||^2 + Tr(S_a) + Tr(S_b) - 2 Tr((S_a^1/2 S_b S_a^1/2)^1/2)`` for ``[N, D]`` features."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape[0] < 2 or b.shape[0] < 2:
+        raise ValueError("the Frechet distance needs at least two samples on each side")
+    mu_a, mu_b = a.mean(0), b.mean(0)
+    cov_a, cov_b = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+    root_a = _sqrt_psd(cov_a)
+    cross = _sqrt_psd(root_a @ cov_b @ root_a)
+    return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a) + np.trace(cov_b) - 2 * np.trace(cross))
+
+
+@torch.no_grad()
+def image_features(clip, images: np.ndarray | torch.Tensor, batch: int = 256) -> np.ndarray:
+    """``[N, h, w, 3]`` uint8 (or ``[N, 3, h, w]`` floats in [0, 1]) -> pooled image features."""
+    x = torch.as_tensor(images)
+    if x.dtype == torch.uint8:
+        x = x.permute(0, 3, 1, 2).float() / 255
+    device = clip.logit_scale.device
+    return torch.cat([clip.image.features(x[i : i + batch].to(device)).cpu() for i in range(0, len(x), batch)]).numpy()
+
+
+@torch.no_grad()
+def adherence(clip, images, prompt_keys: list[str], texts: list[str], text_keys: list[str], top: int = 5) -> float:
+    """Fraction of images whose ``top`` nearest texts contain one with the prompted emoji's key."""
+    x = torch.as_tensor(images)
+    if x.dtype == torch.uint8:
+        x = x.permute(0, 3, 1, 2).float() / 255
+    img = clip.embed_images(x)
+    txt = clip.embed_texts(texts)
+    best = (img @ txt.T).topk(top, dim=-1).indices.cpu().tolist()
+    hits = [any(text_keys[j] == key for j in row) for row, key in zip(best, prompt_keys, strict=True)]
+    return float(np.mean(hits))

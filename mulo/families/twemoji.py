@@ -1,0 +1,84 @@
+"""The ``twemoji`` family, trained by ``python -m mulo train twemoji`` and shipped in assets/.
+
+Target AR on 16x16 tokens (64 px), equal-size drafters on 8x8 (r=2) and 4x4 (r=4), a small
+same-grid draft model for SD/LANTERN, learned up-samplers for r=2 and r=4, a diffusers VQModel
+shared by every resolution and the mini-CLIP text encoder as conditioner. Weights are fp16
+safetensors, loaded as float32; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from diffusers import VQModel
+from safetensors.torch import load_file
+
+from mulo.families.base import Family
+from mulo.models.gpt import GPT, GPTConfig
+from mulo.models.text import MiniCLIP
+from mulo.models.upsample import TokenUpsampler
+from mulo.models.vq import VQTokenizer
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "twemoji"
+FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
+
+
+def _load(folder: Path, name: str) -> tuple[dict, dict]:
+    config = json.loads((folder / f"{name}.json").read_text())
+    state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(folder / f"{name}.safetensors").items()}
+    return config, state
+
+
+def _gpt(folder: Path, name: str) -> GPT:
+    config, state = _load(folder, name)
+    if config.get("grid") is not None:
+        config["grid"] = tuple(config["grid"])
+    model = GPT(GPTConfig(**config))
+    model.load_state_dict(state)
+    return model
+
+
+class PromptConditioner:
+    """Prompt -> mini-CLIP per-word features; remembers the unknown words of the last prompt."""
+
+    def __init__(self, clip: MiniCLIP):
+        self.clip = clip
+
+    def __call__(self, prompt: str) -> torch.Tensor:
+        return self.clip.condition(prompt)[0]
+
+    def unknown_words(self, prompt: str) -> list[str]:
+        return self.clip.tokenizer.split(prompt)[1]
+
+
+def build(folder: str | Path = ASSETS) -> Family:
+    folder = Path(folder)
+    missing = [f"{n}.{ext}" for n in FILES for ext in ("json", "safetensors") if not (folder / f"{n}.{ext}").exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"twemoji weights missing in {folder} ({', '.join(missing[:3])}...): run python -m mulo train twemoji"
+        )
+    config, state = _load(folder, "clip")
+    clip = MiniCLIP(config["vocab"], max_len=config["max_len"])
+    clip.load_state_dict(state)
+    config, state = _load(folder, "vq")
+    vq = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+    vq.load_state_dict(state)
+    upsamplers = {}
+    for r in (2, 4):
+        config, state = _load(folder, f"upsampler_r{r}")
+        upsamplers[r] = TokenUpsampler(**config)
+        upsamplers[r].load_state_dict(state)
+    defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
+    return Family(
+        "twemoji",
+        _gpt(folder, "target"),
+        {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
+        VQTokenizer(vq),
+        PromptConditioner(clip.eval()),
+        draft_model=_gpt(folder, "draft_model"),
+        upsamplers=upsamplers,
+        defaults=defaults,
+    )

@@ -1,0 +1,147 @@
+"""The Twemoji data set: 3,786 emoji images at 64 px with their names, from the npm package
+``emoji-datasource-twitter@16.0.0`` (graphics CC-BY 4.0, Twitter, Inc. and other contributors).
+
+Training only: inference never needs npm or the data. ``load`` fetches the package with
+``npm pack`` into a cache folder, checks its sha512 integrity, composites every RGBA image over
+white and caches the result as one ``.npz``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import logging
+import re
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "emoji-datasource-twitter@16.0.0"
+TARBALL = "emoji-datasource-twitter-16.0.0.tgz"
+INTEGRITY = "sha512-7F+uCuHH+7Qnrc15P5tnbvKkg9E6tlzi4MnT2uW1RlN4pLYTza6cP/dstIfSDMtpjFLWuZewWg8jBbuL2eyELQ=="
+SKIN_TONES = {
+    "1F3FB": "light skin tone",
+    "1F3FC": "medium-light skin tone",
+    "1F3FD": "medium skin tone",
+    "1F3FE": "medium-dark skin tone",
+    "1F3FF": "dark skin tone",
+}
+VAL_FRACTION = 0.05
+SPLIT_SEED = 1234
+
+
+@dataclass
+class EmojiData:
+    images: np.ndarray  # [N, 64, 64, 3] uint8, composited over white
+    names: list[str]  # "red apple", "waving hand sign medium skin tone"
+    texts: list[str]  # every word that describes the image: name, short names, (sub)category, tone
+    keys: list[str]  # unified code of the base emoji (skin-tone variants share it)
+    is_val: np.ndarray  # [N] bool: held-out validation split (fixed seed)
+
+    def subset(self, mask: np.ndarray) -> EmojiData:
+        idx = np.flatnonzero(mask)
+        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+        return EmojiData(self.images[idx], pick(self.names), pick(self.texts), pick(self.keys), self.is_val[idx])
+
+    @property
+    def train(self) -> EmojiData:
+        return self.subset(~self.is_val)
+
+    @property
+    def val(self) -> EmojiData:
+        return self.subset(self.is_val)
+
+
+def words(text: str) -> list[str]:
+    """Lower-case word tokens: letters/digits runs (``medium-light`` -> ``medium``, ``light``)."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def describe(entry: dict, tones: list[str]) -> tuple[str, str]:
+    """(name, full text) of one emoji entry, with the skin tones of a variant appended."""
+    tone_words = [SKIN_TONES[t] for t in tones]
+    name = " ".join([entry["name"].lower(), *tone_words])
+    parts = [name, *[s.replace("_", " ") for s in entry["short_names"]], entry["subcategory"], entry["category"]]
+    seen, out = set(), []
+    for word in words(" ".join(parts)):
+        if word not in seen:
+            seen.add(word)
+            out.append(word)
+    return " ".join(words(name)), " ".join(out)
+
+
+def fetch_package(cache: Path) -> Path:
+    """``npm pack`` the package into ``cache`` (once) and verify its integrity."""
+    cache.mkdir(parents=True, exist_ok=True)
+    tarball = cache / TARBALL
+    if not tarball.exists():
+        log.info("fetching %s with npm pack", PACKAGE)
+        try:
+            subprocess.run(
+                ["npm", "pack", PACKAGE, "--silent"], cwd=cache, check=True, capture_output=True, timeout=600
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise RuntimeError(f"could not fetch {PACKAGE} with npm pack: {exc}") from None
+    digest = "sha512-" + base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
+    if digest != INTEGRITY:
+        tarball.unlink()
+        raise RuntimeError(f"{TARBALL} failed its integrity check (got {digest[:24]}..., want {INTEGRITY[:24]}...)")
+    return tarball
+
+
+def _over_white(png: bytes) -> np.ndarray:
+    rgba = Image.open(io.BytesIO(png)).convert("RGBA")
+    canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return np.asarray(Image.alpha_composite(canvas, rgba).convert("RGB"))
+
+
+def build(tarball: Path) -> EmojiData:
+    with tarfile.open(tarball) as tar:
+        entries = json.load(tar.extractfile("package/emoji.json"))
+        pngs = {
+            Path(m.name).name: tar.extractfile(m).read()
+            for m in tar.getmembers()
+            if m.name.startswith("package/img/twitter/64/") and m.name.endswith(".png")
+        }
+    images, names, texts, keys = [], [], [], []
+    for entry in sorted(entries, key=lambda e: e["sort_order"]):
+        variants = [(entry["image"], [])]
+        for tones, var in (entry.get("skin_variations") or {}).items():
+            variants.append((var["image"], tones.split("-")))
+        for image, tones in variants:
+            if image not in pngs:
+                continue
+            name, text = describe(entry, tones)
+            images.append(_over_white(pngs[image]))
+            names.append(name)
+            texts.append(text)
+            keys.append(entry["unified"])
+    rng = np.random.default_rng(SPLIT_SEED)
+    is_val = rng.random(len(images)) < VAL_FRACTION
+    return EmojiData(np.stack(images), names, texts, keys, is_val)
+
+
+def load(cache: str | Path) -> EmojiData:
+    """The data set, from ``cache/twemoji.npz`` if built before, else from the npm package."""
+    cache = Path(cache)
+    npz = cache / "twemoji.npz"
+    if not npz.exists():
+        data = build(fetch_package(cache))
+        np.savez_compressed(
+            npz,
+            images=data.images,
+            names=np.array(data.names),
+            texts=np.array(data.texts),
+            keys=np.array(data.keys),
+            is_val=data.is_val,
+        )
+    with np.load(npz) as z:
+        return EmojiData(z["images"], z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist(), z["is_val"])

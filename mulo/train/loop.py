@@ -1,0 +1,69 @@
+"""A resumable training loop: AdamW, warm-up + cosine learning rate, periodic checkpoints.
+
+A stage that is stopped (or killed) resumes from its last checkpoint with the same model,
+optimizer and step, so a long CPU run can be split across sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def train(
+    name: str,
+    model: torch.nn.Module,
+    loss_fn,
+    steps: int,
+    checkpoint: Path,
+    lr: float = 1e-3,
+    weight_decay: float = 0.01,
+    warmup: int = 100,
+    every: int = 200,
+    on_step=None,
+) -> dict:
+    """Run ``loss_fn(step) -> loss`` for ``steps`` steps; returns {"seconds", "final_loss"}.
+
+    ``on_step(step)`` runs after each optimizer step (codebook restarts and the like).
+    """
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+    start, elapsed, recent = 0, 0.0, []
+    if checkpoint.exists():
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start, elapsed = int(state["step"]), float(state["seconds"])
+        log.info("%s: resuming at step %d", name, start)
+
+    def save(step: int) -> None:
+        tmp = checkpoint.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "seconds": elapsed}, tmp)
+        tmp.replace(checkpoint)
+
+    model.train()
+    tick = time.perf_counter()
+    for step in range(start, steps):
+        scale = min(1.0, (step + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
+        for group in opt.param_groups:
+            group["lr"] = lr * max(scale, 0.02)
+        loss = loss_fn(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if on_step is not None:
+            on_step(step)
+        recent = (recent + [float(loss.detach())])[-50:]
+        if (step + 1) % every == 0 or step + 1 == steps:
+            elapsed += time.perf_counter() - tick
+            tick = time.perf_counter()
+            save(step + 1)
+            log.info("%s: step %d/%d loss %.4f (%.0f s)", name, step + 1, steps, sum(recent) / len(recent), elapsed)
+    model.eval()
+    return {"seconds": round(elapsed, 1), "final_loss": sum(recent) / max(1, len(recent)) if recent else None}

@@ -1,0 +1,80 @@
+"""The twemoji training pipeline: data handling, mini-CLIP, metrics, and a smoke run of every stage."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from mulo.eval.metrics import frechet_distance
+from mulo.models.text import MiniCLIP, WordTokenizer
+from mulo.train import data as data_mod
+
+
+def test_describe_adds_skin_tones_and_dedupes_words():
+    entry = {"name": "WAVING HAND SIGN", "short_names": ["wave"], "subcategory": "hand-fingers-open",
+             "category": "People & Body"}
+    name, text = data_mod.describe(entry, ["1F3FC"])
+    assert name == "waving hand sign medium light skin tone"
+    assert text.split()[:8] == ["waving", "hand", "sign", "medium", "light", "skin", "tone", "wave"]
+    assert len(text.split()) == len(set(text.split()))
+
+
+def test_a_corrupt_package_fails_its_integrity_check(tmp_path):
+    (tmp_path / data_mod.TARBALL).write_bytes(b"not the package")
+    with pytest.raises(RuntimeError, match="integrity"):
+        data_mod.fetch_package(tmp_path)
+    assert not (tmp_path / data_mod.TARBALL).exists()  # removed, so the next run fetches again
+
+
+def test_tokenizer_reports_unknown_words_and_rejects_prompts_without_known_ones():
+    tok = WordTokenizer.build(["red apple", "cat face"], max_len=4)
+    ids, unknown = tok.encode("Red zebra apple!")
+    assert unknown == ["zebra"]
+    assert ids.tolist()[:2] == [tok.index["red"], tok.index["apple"]] and ids.tolist()[2:] == [0, 0]
+    clip = MiniCLIP(tok.vocab, max_len=4)
+    features, unknown = clip.condition("cat with hat")
+    assert features.shape == (4, 128) and unknown == ["with", "hat"]
+    assert features[1:].abs().sum() == 0  # padding features are zero, like the null condition
+    with pytest.raises(ValueError, match="no known word"):
+        clip.condition("zebra crossing")
+
+
+def test_frechet_distance():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(4000, 3))
+    assert frechet_distance(a, a) == pytest.approx(0, abs=1e-6)
+    b = a + np.array([2.0, 0, 0])
+    assert frechet_distance(a, b) == pytest.approx(4.0, rel=1e-6)  # a pure shift: ||mu||^2
+    c = rng.normal(size=(4000, 3)) * 2
+    assert frechet_distance(a, c) == pytest.approx(frechet_distance(c, a), rel=1e-6)
+    assert frechet_distance(a, c) == pytest.approx(3 * (2 - 1) ** 2, rel=0.1)  # Tr((sqrt(S1)-sqrt(S2))^2)
+    with pytest.raises(ValueError, match="at least two"):
+        frechet_distance(a[:1], a)
+
+
+def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):
+    from mulo.engine import Engine
+    from mulo.families import twemoji as family
+    from mulo.train import twemoji
+
+    report = twemoji.run(tmp_path / "run", tmp_path / "assets", smoke=True)
+    for stage in ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4"):
+        assert report[stage]["stage_seconds"] >= 0
+    assets = tmp_path / "assets"
+    sizes = {p.name: p.stat().st_size for p in assets.glob("*.safetensors")}
+    assert len(sizes) == 8 and max(sizes.values()) < 10 * 2**20 and sum(sizes.values()) < 40 * 2**20
+    card = (assets / "MODEL_CARD.md").read_text()
+    assert "CC-BY 4.0" in card and "samples_ar.png" in card
+    metrics = json.loads((assets / "metrics.json").read_text())
+    assert set(metrics["methods"]) == {"ar", "mulo-r2", "mulo-r4"}
+    # Resuming a finished run does nothing and keeps the report.
+    again = twemoji.run(tmp_path / "run", assets, smoke=True, only=["target"])
+    assert again["target"] == report["target"]
+    fam = family.build(assets)
+    prompt = json.loads((assets / "eval_prompts.json").read_text())[0]["prompt"]
+    engine = Engine(fam)
+    result = engine.generate(prompt + " zebraish", "mulo", 0, {"r": 4, "upsampler": "learned"})
+    assert result.image.shape == (64, 64, 3)
+    assert result.trace.warnings == ["unknown words ignored: zebraish"]
+    assert torch.equal(engine.generate(prompt, "ar", 1).tokens, engine.generate(prompt, "ar", 1).tokens)
