@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate one image and its trace")
     gen.add_argument("--prompt", required=True)
-    gen.add_argument("--family", default="toy", help="model family (default toy)")
+    gen.add_argument("--family", default="twemoji", help="model family: twemoji (default) or toy")
     gen.add_argument("--method", default="mulo", help=f"one of {', '.join(METHODS)} (default mulo)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--device", default="cpu")

@@ -115,6 +115,7 @@ class Engine:
                 timings_s=timer.snapshot(),
                 nfe=ctx.nfe(),
                 rounds=rounds,
+                warnings=warnings,
             )
             return Result(tokens, image, trace)
 

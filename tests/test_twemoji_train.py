@@ -12,8 +12,12 @@ from mulo.train import data as data_mod
 
 
 def test_describe_adds_skin_tones_and_dedupes_words():
-    entry = {"name": "WAVING HAND SIGN", "short_names": ["wave"], "subcategory": "hand-fingers-open",
-             "category": "People & Body"}
+    entry = {
+        "name": "WAVING HAND SIGN",
+        "short_names": ["wave"],
+        "subcategory": "hand-fingers-open",
+        "category": "People & Body",
+    }
     name, text = data_mod.describe(entry, ["1F3FC"])
     assert name == "waving hand sign medium light skin tone"
     assert text.split()[:8] == ["waving", "hand", "sign", "medium", "light", "skin", "tone", "wave"]

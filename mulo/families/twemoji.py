@@ -58,7 +58,8 @@ def build(folder: str | Path = ASSETS) -> Family:
     missing = [f"{n}.{ext}" for n in FILES for ext in ("json", "safetensors") if not (folder / f"{n}.{ext}").exists()]
     if missing:
         raise FileNotFoundError(
-            f"twemoji weights missing in {folder} ({', '.join(missing[:3])}...): run python -m mulo train twemoji"
+            f"twemoji weights missing in {folder} ({', '.join(missing[:3])}...): "
+            "train them with python -m mulo train twemoji, or use --family toy"
         )
     config, state = _load(folder, "clip")
     clip = MiniCLIP(config["vocab"], max_len=config["max_len"])

@@ -39,7 +39,7 @@ VQ_CONFIG = dict(
     up_block_types=("UpDecoderBlock2D",) * 3,
     layers_per_block=1,
     latent_channels=32,
-    num_vq_embeddings=1024,
+    num_vq_embeddings=512,
     vq_embed_dim=8,
     norm_num_groups=16,
     mid_block_add_attention=False,
@@ -48,6 +48,8 @@ VQ_CONFIG = dict(
 TARGET = dict(dim=256, n_layer=4, n_head=4, multiple_of=64)
 DRAFT_MODEL = dict(dim=96, n_layer=2, n_head=2, multiple_of=32)  # about 1/8 of the target
 GRIDS = {"target": 16, "drafter_r2": 8, "drafter_r4": 4, "draft_model": 16}
+# Recommended knob values written to defaults.json (chosen on the trained family; see the model card).
+DEFAULTS = {"cfg": 4.0, "tau": 0.1, "k": 8, "radius": 1}
 NAME_TEXT_PROB = 0.6  # AR/CLIP text augmentation: the emoji's name, else its full description
 CFG_DROPOUT = 0.1
 
@@ -59,7 +61,8 @@ class Budget:
     clip_batch: int = 128
     vq_steps: int = 1200
     vq_batch: int = 16
-    ar_steps: int = 1700
+    ar_steps: int = 3200  # the 16x16 target
+    drafter_steps: int = 2000  # each low-res drafter
     ar_batch: int = 32
     draft_model_steps: int = 1700
     upsampler_steps: int = 800
@@ -76,6 +79,7 @@ SMOKE = Budget(
     vq_steps=3,
     vq_batch=4,
     ar_steps=3,
+    drafter_steps=3,
     ar_batch=4,
     draft_model_steps=3,
     upsampler_steps=3,
@@ -287,7 +291,9 @@ class Pipeline:
         train_idx = np.flatnonzero(~is_val)
         rng = self.rng(stage)
         batch = self.budget.ar_batch
-        steps = self.budget.draft_model_steps if stage == "draft_model" else self.budget.ar_steps
+        steps = {"target": self.budget.ar_steps, "draft_model": self.budget.draft_model_steps}.get(
+            stage, self.budget.drafter_steps
+        )
 
         def loss_fn(step):
             idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False)
@@ -305,7 +311,7 @@ class Pipeline:
             loss_fn,
             steps,
             self.run / f"{stage}.ckpt",
-            lr=1e-3 if stage != "draft_model" else 2e-3,
+            lr=1.5e-3 if stage != "draft_model" else 2e-3,
             every=self.budget.checkpoint_every,
         )
         with torch.no_grad():
@@ -403,6 +409,7 @@ class Pipeline:
                 {"vocab_size": VQ_CONFIG["num_vq_embeddings"], "r": r, "width": 128, "depth": 3},
             )
         (self.assets / "training_report.json").write_text(json.dumps(self.report, indent=1))
+        (self.assets / "defaults.json").write_text(json.dumps(DEFAULTS, indent=1))
 
     def card(self) -> None:
         from mulo.families import twemoji as family_mod
