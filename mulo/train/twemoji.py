@@ -69,6 +69,7 @@ class Budget:
     upsampler_batch: int = 64
     checkpoint_every: int = 100
     eval_prompts: int = 120
+    input_noise: float = 0.0  # AR: fraction of input tokens replaced by random codes (exposure bias)
 
 
 FULL = Budget()
@@ -86,6 +87,7 @@ SMOKE = Budget(
     upsampler_batch=4,
     checkpoint_every=2,
     eval_prompts=2,
+    input_noise=0.1,
 )
 
 
@@ -302,7 +304,12 @@ class Pipeline:
             drop = torch.from_numpy(rng.random(len(idx)) < CFG_DROPOUT)[:, None, None]
             cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
             x = tokens[idx].to(self.device)
-            logits = model(x[:, :-1], cond.to(self.device))
+            inputs = x[:, :-1]
+            if self.budget.input_noise > 0:  # noisy teacher forcing: predict the clean token anyway
+                noise = torch.from_numpy(rng.random(inputs.shape) < self.budget.input_noise).to(self.device)
+                random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(self.device)
+                inputs = torch.where(noise, random_codes, inputs)
+            logits = model(inputs, cond.to(self.device))
             return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
 
         stats = train(
