@@ -58,7 +58,8 @@ def test_generate_writes_image_and_valid_trace(method, tmp_path):
 def test_bad_input_is_one_line_and_nonzero(args, message, capsys):
     from mulo.__main__ import main
 
-    argv = ["generate"] + ([] if "--prompt" in args else ["--prompt", "red apple"]) + args
+    argv = ["generate"] + ([] if "--prompt" in args else ["--prompt", "red apple"])
+    argv += ([] if "--family" in args else ["--family", "toy"]) + args
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(message), err
