@@ -83,7 +83,7 @@ class Engine:
             cond = fam.condition(prompt)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        unknown = getattr(fam.conditioner, "unknown_words", lambda _: [])(prompt)
+        unknown = fam.unknown_words(prompt)
         warnings = [f"unknown words ignored: {', '.join(unknown)}"] if unknown else []
         return prompt, cfg, cond, warnings
 

@@ -40,13 +40,17 @@ def image_features(clip, images: np.ndarray | torch.Tensor, batch: int = 256) ->
 
 
 @torch.no_grad()
-def adherence(clip, images, prompt_keys: list[str], texts: list[str], text_keys: list[str], top: int = 5) -> float:
-    """Fraction of images whose ``top`` nearest texts contain one with the prompted emoji's key."""
+def adherence(
+    clip, images, prompt_keys: list[str], texts: list[str], text_keys: list[str], top: int = 5, text_embeddings=None
+) -> float:
+    """Fraction of images whose ``top`` nearest texts contain one with the prompted emoji's key.
+
+    ``text_embeddings`` (``clip.embed_texts(texts)``) can be passed to avoid recomputing them."""
     x = torch.as_tensor(images)
     if x.dtype == torch.uint8:
         x = x.permute(0, 3, 1, 2).float() / 255
     img = clip.embed_images(x)
-    txt = clip.embed_texts(texts)
+    txt = clip.embed_texts(texts) if text_embeddings is None else text_embeddings
     best = (img @ txt.T).topk(top, dim=-1).indices.cpu().tolist()
     hits = [any(text_keys[j] == key for j in row) for row, key in zip(best, prompt_keys, strict=True)]
     return float(np.mean(hits))

@@ -61,6 +61,10 @@ class Family:
         """The condition of ``prompt`` for every AR model (raises ValueError if unusable)."""
         return self.conditioner(prompt).to(self.device)
 
+    def unknown_words(self, prompt: str) -> list[str]:
+        """Words of ``prompt`` the conditioner ignores (reported in the trace's warnings)."""
+        return self.conditioner.unknown_words(prompt)
+
     def neighbours(self, k: int) -> torch.Tensor:
         """``[V, k]`` nearest codebook neighbours (computed once per codebook, then sliced)."""
         return self._neighbours.table(k)

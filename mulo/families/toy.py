@@ -31,6 +31,9 @@ class HashedWords:
     def __init__(self, cond_len: int, cond_dim: int, seed: int):
         self.cond_len, self.cond_dim, self.seed = cond_len, cond_dim, seed
 
+    def unknown_words(self, prompt: str) -> list[str]:
+        return []  # every word hashes to a vector
+
     def __call__(self, prompt: str) -> torch.Tensor:
         words = prompt.lower().split()
         if not words:

@@ -74,6 +74,7 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
         "mulo-r2": ("mulo", {"r": 2}),
         "mulo-r4": ("mulo", {"r": 4}),
     }
+    text_embeddings = clip.embed_texts(texts)  # once for every method
     real_idx = [data.keys.index(key) for key, _ in prompts]
     real_feats = image_features(clip, data.images[real_idx])
     for label, (method, knobs) in methods.items():
@@ -94,7 +95,9 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
         images = np.stack(images)
         entry = {
             "fd": round(frechet_distance(image_features(clip, images), real_feats), 3),
-            "adherence": round(adherence(clip, images, [k for k, _ in prompts], texts, text_keys), 4),
+            "adherence": round(
+                adherence(clip, images, [k for k, _ in prompts], texts, text_keys, text_embeddings=text_embeddings), 4
+            ),
             "seconds_per_image": round(seconds / len(prompts), 3),
             "nfe_target": float(np.mean([s["nfe"]["target"] for s in summaries])),
             "nfe_drafter": float(np.mean([s["nfe"]["drafter"] for s in summaries])),

@@ -193,6 +193,8 @@ class Pipeline:
         rng = self.rng("vq")
         b = self.budget.vq_batch
 
+        recent = {}  # the last crop batch's encoder outputs and codes, for dead-code restarts
+
         def loss_fn(step):
             # Three resolutions per step; 64 px as random 32 px crops (the net is convolutional).
             idx = rng.choice(train_idx, size=3 * b, replace=len(train_idx) < 3 * b)
@@ -201,9 +203,12 @@ class Pipeline:
             total = 0.0
             for batch in (crops, resize(images[idx[b : 2 * b]], 32), resize(images[idx[2 * b :]], 16)):
                 x = batch.to(self.device) * 2 - 1
-                out = vq(x)
-                total = total + F.mse_loss(out.sample, x) + 0.5 * F.l1_loss(out.sample, x) + out.commit_loss.mean()
-            self._last_latents = vq.encode(crops.to(self.device) * 2 - 1).latents.detach()
+                latents = vq.encode(x).latents
+                quant, commit_loss, (_, _, codes) = vq.quantize(latents)
+                recon = vq.decode(quant, force_not_quantize=True).sample
+                total = total + F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x) + commit_loss
+                if batch is crops:
+                    recent.update(latents=latents.detach(), codes=codes.detach())
             return total
 
         usage = torch.zeros(VQ_CONFIG["num_vq_embeddings"], device=self.device)
@@ -211,12 +216,12 @@ class Pipeline:
         def restart_dead_codes(step):
             # Codes no batch has used for 100 steps move to random current encoder outputs.
             with torch.no_grad():
-                _, _, (_, _, idx) = vq.quantize(self._last_latents)
-                usage.mul_(0.99).index_add_(0, idx.reshape(-1), torch.ones(idx.numel(), device=self.device))
+                codes = recent["codes"].reshape(-1)
+                usage.mul_(0.99).index_add_(0, codes, torch.ones(codes.numel(), device=self.device))
                 if (step + 1) % 100 == 0:
                     dead = (usage < 0.05).nonzero()[:, 0]
                     if len(dead):
-                        lat = self._last_latents.permute(0, 2, 3, 1).reshape(-1, self._last_latents.shape[1])
+                        lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
                         pick = torch.randint(len(lat), (len(dead),), device=self.device)
                         vq.quantize.embedding.weight[dead] = lat[pick]
                         usage[dead] = 1.0
