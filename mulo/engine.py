@@ -95,11 +95,12 @@ class Engine:
             timer = PhaseTimer(fam.device)
             ctx = DecodeContext(fam, cond, cfg, torch.Generator().manual_seed(seed), timer)
             rounds: list[Round] = []
+            paused = [0.0]  # seconds the consumer held the generator between rounds
             start = time.perf_counter()
-            tokens = yield from _collect(METHOD_FUNCTIONS[method](ctx), rounds)
+            tokens = yield from _collect(METHOD_FUNCTIONS[method](ctx), rounds, paused)
             with timer.phase("vq_decode"):
                 image = to_uint8(fam.vq.decode(tokens[None].to(fam.device)))[0].numpy()
-            latency = time.perf_counter() - start
+            latency = time.perf_counter() - start - paused[0]
             trace = Trace(
                 method=method,
                 family=fam.name,
@@ -128,11 +129,12 @@ class Engine:
                 return done.value
 
 
-def _collect(method_run, rounds: list[Round]):
+def _collect(method_run, rounds: list[Round], paused: list[float]):
     """Forward a method's rounds to the caller, keeping them; return its token grid.
 
-    ``latency_s`` is wall time from start to decoded image, so it includes whatever the caller
-    does between rounds: benchmarks consume rounds without work, a UI should not time itself.
+    ``latency_s`` is wall time from start to decoded image minus the time the caller held the
+    generator between rounds (``paused``), so a UI that draws every round does not slow the
+    method it measures.
     """
     while True:
         try:
@@ -140,4 +142,6 @@ def _collect(method_run, rounds: list[Round]):
         except StopIteration as done:
             return done.value
         rounds.append(rnd)
+        held = time.perf_counter()
         yield rnd
+        paused[0] += time.perf_counter() - held

@@ -126,15 +126,23 @@ def _fmt(value) -> str:
     return "n/a" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
 
 
-def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, sizes: dict) -> str:
-    """MODEL_CARD.md from the training report and the evaluation; every number is measured."""
+def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, sizes: dict, recipe: dict) -> str:
+    """MODEL_CARD.md from the training report and the evaluation; every number is measured.
+
+    ``recipe`` holds the architecture settings the text describes (codebook size, model widths...).
+    """
+    vq, target, small = recipe["vq"], recipe["target"], recipe["draft_model"]
+
+    def seconds(entry: dict):  # a resumed stage: its training loop counts every session's time
+        return max(entry.get("stage_seconds", 0), entry.get("seconds", 0)) or None
+
     stage_rows = "\n".join(
-        f"| {name} | {_fmt(entry.get('stage_seconds'))} | {entry.get('hardware', 'n/a')} | "
+        f"| {name} | {_fmt(seconds(entry))} | {entry.get('hardware', 'n/a')} | "
         + ", ".join(f"{k} {_fmt(v)}" for k, v in entry.items() if k not in ("stage_seconds", "hardware", "seconds"))
         + " |"
         for name, entry in report.items()
     )
-    total = sum(entry.get("stage_seconds", 0) for entry in report.values())
+    total = sum(seconds(entry) or 0 for entry in report.values())
     m = metrics["methods"]
     metric_rows = "\n".join(
         f"| {label} | {_fmt(e['fd'])} | {_fmt(e['adherence'])} | {_fmt(e['nfe_target'])} | {_fmt(e['nfe_drafter'])} | "
@@ -172,14 +180,18 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   per-word text features (16 x 128, padding zeroed) condition every AR model; its image features are
   the space of the FD and adherence metrics. Unknown prompt words are reported; a prompt with no
   known word is an error.
-- **VQ tokenizer** (`vq`): `diffusers.VQModel`, channels (32, 64, 64), 4x downsampling, 1,024 codes
-  of dimension 8, one codebook for 64 px (16x16 tokens), 32 px (8x8) and 16 px (4x4); MSE + 0.5 L1 +
-  commitment loss, 64 px seen as random 32 px crops, dead codes restarted from encoder outputs.
-- **AR models** (`target` 16x16, `drafter_r2` 8x8, `drafter_r4` 4x4): the engine's GPT (width 256,
-  4 layers, 4 heads; drafters of the same size as the target), conditioned on the text features,
-  10 % condition dropout for classifier-free guidance, text augmentation (the emoji's name with
-  probability 0.6, else its full description).
-- **Same-grid draft model** (`draft_model`, 16x16, width 96, 2 layers: about 1/8 of the target) for
+- **VQ tokenizer** (`vq`): `diffusers.VQModel`, channels {tuple(vq["block_out_channels"])}, 4x downsampling,
+  {vq["num_vq_embeddings"]} codes of dimension {vq["vq_embed_dim"]}, one codebook for 64 px (16x16 tokens),
+  32 px (8x8) and 16 px (4x4); MSE + 0.5 L1 + commitment loss, 64 px seen as random 32 px crops, dead
+  codes restarted from encoder outputs.
+- **AR models** (`target` 16x16, `drafter_r2` 8x8, `drafter_r4` 4x4): the engine's GPT (width
+  {target["dim"]}, {target["n_layer"]} layers, {target["n_head"]} heads; drafters of the same size as the target),
+  conditioned on the text features, {recipe["cfg_dropout"]:.0%} condition dropout for classifier-free
+  guidance, text augmentation (the emoji's name with probability {recipe["name_text_prob"]}, else its full
+  description), noisy teacher forcing against exposure bias ({budget["input_noise"]:.0%} of the input tokens
+  replaced by random codes from {budget["input_noise_from"]:.0%} of each stage's steps on; the loss
+  still asks for the clean next token).
+- **Same-grid draft model** (`draft_model`, 16x16, width {small["dim"]}, {small["n_layer"]} layers) for
   the token-level baselines `sd` and `lantern`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle
   (width 128, 3 blocks), token cross-entropy on images encoded at both resolutions.

@@ -69,7 +69,8 @@ class Budget:
     upsampler_batch: int = 64
     checkpoint_every: int = 100
     eval_prompts: int = 120
-    input_noise: float = 0.0  # AR: fraction of input tokens replaced by random codes (exposure bias)
+    input_noise: float = 0.15  # AR: fraction of input tokens replaced by random codes (exposure bias)
+    input_noise_from: float = 0.625  # ... from this fraction of each AR stage's steps on (clean before)
 
 
 FULL = Budget()
@@ -88,6 +89,7 @@ SMOKE = Budget(
     checkpoint_every=2,
     eval_prompts=2,
     input_noise=0.1,
+    input_noise_from=0.0,
 )
 
 
@@ -310,7 +312,8 @@ class Pipeline:
             cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
             x = tokens[idx].to(self.device)
             inputs = x[:, :-1]
-            if self.budget.input_noise > 0:  # noisy teacher forcing: predict the clean token anyway
+            noisy = self.budget.input_noise > 0 and step >= self.budget.input_noise_from * steps
+            if noisy:  # noisy teacher forcing: predict the clean token anyway
                 noise = torch.from_numpy(rng.random(inputs.shape) < self.budget.input_noise).to(self.device)
                 random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(self.device)
                 inputs = torch.where(noise, random_codes, inputs)
@@ -430,9 +433,18 @@ class Pipeline:
         engine = Engine(family_mod.build(self.assets).to(self.device))
         metrics = card.evaluate(engine, self.data, self.load_clip(), self.assets, self.budget.eval_prompts)
         (self.assets / "metrics.json").write_text(json.dumps(metrics, indent=1))
+        self.write_card(metrics)
+
+    def write_card(self, metrics: dict) -> None:
+        """MODEL_CARD.md from the report and ``metrics`` (rewritable without re-evaluating)."""
+        from mulo.train import card
+
         sizes = {p.name: round(p.stat().st_size / 2**20, 2) for p in sorted(self.assets.glob("*.safetensors"))}
         sizes["total"] = round(sum(sizes.values()), 2)
-        card.write_model_card(self.assets, self.report, metrics, asdict(self.budget), sizes)
+        recipe = dict(
+            vq=VQ_CONFIG, target=TARGET, draft_model=DRAFT_MODEL, cfg_dropout=CFG_DROPOUT, name_text_prob=NAME_TEXT_PROB
+        )
+        card.write_model_card(self.assets, self.report, metrics, asdict(self.budget), sizes, recipe)
 
 
 def _init_weights(module) -> None:

@@ -1,0 +1,21 @@
+# Self-hosting (or a dedicated-GPU Docker Space): the demo on port 7860 as a non-root user.
+# ZeroGPU Spaces use the Gradio SDK instead (README front matter); this file is not used there.
+FROM python:3.12-slim
+
+RUN useradd -m -u 1000 user
+USER user
+ENV HOME=/home/user PATH=/home/user/.local/bin:$PATH \
+    GRADIO_SERVER_NAME=0.0.0.0 GRADIO_SERVER_PORT=7860 GRADIO_ANALYTICS_ENABLED=False
+WORKDIR $HOME/app
+
+COPY --chown=user requirements.txt .
+# CPU torch wheel from the PyTorch index keeps the image small; drop the index URL for a CUDA build.
+RUN pip install --no-cache-dir --user --upgrade pip && \
+    pip install --no-cache-dir --user torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && \
+    pip install --no-cache-dir --user -r requirements.txt
+
+COPY --chown=user . .
+RUN pip install --no-cache-dir --user --no-deps -e .
+
+EXPOSE 7860
+CMD ["python", "app.py"]

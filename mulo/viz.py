@@ -1,0 +1,251 @@
+"""Pictures of a trace: acceptance maps, islands, finalisation heatmaps, latency charts, figures.
+
+Pure numpy / PIL / matplotlib; no model and no gradio. Images are ``[h, w, 3]`` uint8 arrays,
+token-grid masks are ``[H, W]`` arrays; ``upscale`` brings a grid to an image's pixel size.
+The app, the CLI and the benchmark all draw with these functions, so a slide figure and the
+browser show the same colours.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from mulo.trace import PHASES, Round, Trace  # noqa: E402
+
+COLORS = {
+    "accepted": "#16a34a",  # green: the draft token passed the test
+    "rejected": "#dc2626",  # red: the draft token failed it
+    "reopened": "#f59e0b",  # amber: re-opened around a rejection and resampled by the target
+    "t0": "#2563eb",  # blue: the round's first rejection
+    "pending": "#d4d4d8",  # grey: not decided yet
+}
+# Latency stages shown to users, in stacking order; "other" is wall time no phase claimed.
+STAGES = ("drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode", "other")
+STAGE_COLORS = {
+    "drafter": "#8b5cf6",
+    "upsample": "#06b6d4",
+    "verify": "#2563eb",
+    "resample": "#f59e0b",
+    "downsample": "#14b8a6",
+    "target": "#64748b",
+    "vq_decode": "#ec4899",
+    "other": "#d4d4d8",
+}
+
+
+def hex_rgb(color: str) -> np.ndarray:
+    return np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.float32)
+
+
+def upscale(grid: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Nearest-neighbour ``[H, W, ...]`` -> ``[h, w, ...]`` (h, w multiples of H, W)."""
+    fy, fx = size[0] // grid.shape[0], size[1] // grid.shape[1]
+    return np.repeat(np.repeat(grid, fy, axis=0), fx, axis=1)
+
+
+def enlarge(image: np.ndarray, size: int) -> np.ndarray:
+    """Nearest-neighbour enlargement so token cells stay sharp on screen and on slides."""
+    factor = max(1, size // image.shape[0])
+    return upscale(image, (image.shape[0] * factor, image.shape[1] * factor))
+
+
+def token_colors(tokens: np.ndarray) -> np.ndarray:
+    """A token grid as colours (a stable hash of each code); -1 (undecided) is grey.
+
+    For traces whose family is not loaded (replay of a ``tar`` trace on a CPU machine)."""
+    codes = tokens.astype(np.int64)
+    hashed = (codes[..., None] * np.array([2654435761, 2246822519, 3266489917]) >> 13) % 200 + 40
+    rgb = hashed.astype(np.uint8)
+    rgb[codes < 0] = hex_rgb(COLORS["pending"]).astype(np.uint8)
+    return rgb
+
+
+def grey_pending(image: np.ndarray, decided: np.ndarray, strength: float = 0.75) -> np.ndarray:
+    """Fade the pixels of undecided tokens towards grey, so a streaming canvas shows progress."""
+    mask = upscale(~decided, image.shape[:2])[..., None]
+    grey = hex_rgb(COLORS["pending"])
+    faded = image.astype(np.float32) * (1 - strength) + grey * strength
+    return np.where(mask, faded, image).astype(np.uint8)
+
+
+def round_masks(rnd: Round) -> dict[str, np.ndarray]:
+    """Disjoint boolean masks of one round: accepted, rejected, re-opened-only (around rejections)."""
+    rejected = rnd.rejected.astype(bool)
+    return {
+        "accepted": rnd.accepted.astype(bool) & ~rnd.reopened.astype(bool),
+        "rejected": rejected,
+        "reopened": rnd.reopened.astype(bool) & ~rejected,
+    }
+
+
+def t0_mask(rnd: Round) -> np.ndarray:
+    mask = np.zeros(rnd.draft.shape, dtype=bool)
+    if rnd.t0 is not None:
+        mask[divmod(rnd.t0, rnd.draft.shape[1])] = True
+    return mask
+
+
+def overlay(image: np.ndarray, rnd: Round, opacity: float = 0.55, layers=("accepted", "rejected", "reopened", "t0")):
+    """The round's acceptance map blended over ``image`` (a decoded image or a token mosaic)."""
+    out = image.astype(np.float32)
+    masks = {**round_masks(rnd), "t0": t0_mask(rnd)}
+    for name in ("accepted", "reopened", "rejected", "t0"):
+        if name not in layers:
+            continue
+        m = upscale(masks[name], image.shape[:2])[..., None]
+        alpha = 1.0 if name == "t0" else opacity
+        out = np.where(m, out * (1 - alpha) + hex_rgb(COLORS[name]) * alpha, out)
+    return out.astype(np.uint8)
+
+
+def annotations(rnd: Round, size: tuple[int, int]) -> list[tuple[np.ndarray, str]]:
+    """``gr.AnnotatedImage`` layers: float masks of the image's size, one per label present."""
+    masks = {**round_masks(rnd), "t0": t0_mask(rnd)}
+    return [(upscale(m.astype(np.float32), size), name) for name, m in masks.items() if m.any()]
+
+
+def island_colors(islands: np.ndarray, background: np.ndarray | None = None) -> np.ndarray:
+    """Each island in its own colour (tab20, cycling); elsewhere the faded background or white."""
+    h, w = islands.shape
+    base = np.full((h, w, 3), 255, np.float32) if background is None else background.astype(np.float32)
+    if background is not None:
+        islands = upscale(islands, background.shape[:2])
+        base = base * 0.35 + 255 * 0.65
+    palette = (np.array(plt.get_cmap("tab20").colors) * 255).astype(np.float32)
+    colored = palette[(islands - 1) % len(palette)]
+    return np.where((islands > 0)[..., None], colored, base).astype(np.uint8)
+
+
+def finalized_round(trace: Trace) -> np.ndarray:
+    """``[H, W]``: index of the round after which each token was final (its value never changed)."""
+    out = np.zeros(trace.grid, dtype=np.int64)
+    for rnd in trace.rounds:  # a later change (resampling) moves the mark forward
+        out[rnd.tokens != trace.tokens] = rnd.index + 1
+    return np.minimum(out, max(0, len(trace.rounds) - 1))
+    return out
+
+
+def heatmap(values: np.ndarray, vmax: float | None = None, cmap: str = "viridis") -> np.ndarray:
+    """A grid of numbers as an RGB image (negative values white)."""
+    vmax = float(values.max()) if vmax is None else vmax
+    scaled = np.clip(values / max(vmax, 1e-9), 0, 1)
+    rgb = (plt.get_cmap(cmap)(scaled)[..., :3] * 255).astype(np.uint8)
+    rgb[values < 0] = 255
+    return rgb
+
+
+def latency_rows(traces: dict[str, Trace]) -> list[dict]:
+    """One row per (method label, stage) with seconds; "other" = wall time no phase claimed."""
+    rows = []
+    for label, trace in traces.items():
+        timings = {k: float(v) for k, v in trace.timings_s.items() if k in PHASES}
+        timings["other"] = max(0.0, trace.latency_s - sum(timings.values()))
+        rows += [{"method": label, "stage": s, "seconds": timings.get(s, 0.0)} for s in STAGES]
+    return rows
+
+
+def latency_figure(traces: dict[str, Trace], baseline: str | None = None, title: str = "Latency") -> plt.Figure:
+    """Stacked horizontal bars per method with total and speed-up over ``baseline``."""
+    labels = list(traces)
+    fig, ax = plt.subplots(figsize=(8, 0.7 * len(labels) + 1.4), dpi=150)
+    rows = latency_rows(traces)
+    left = np.zeros(len(labels))
+    for stage in STAGES:
+        values = np.array(
+            [next(r["seconds"] for r in rows if r["method"] == m and r["stage"] == stage) for m in labels]
+        )
+        if values.any():
+            ax.barh(labels, values, left=left, color=STAGE_COLORS[stage], label=stage)
+            left += values
+    base = traces[baseline].latency_s if baseline in traces else None
+    for i, label in enumerate(labels):
+        total = traces[label].latency_s
+        text = f" {total:.2f} s" + (f"  ({base / total:.2f}x)" if base and label != baseline else "")
+        ax.text(left[i], i, text, va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, left.max() * 1.35 if left.max() > 0 else 1)
+    ax.set_xlabel("seconds")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=7, ncols=4, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def timeline_figure(trace: Trace, current: int | None = None) -> plt.Figure:
+    """Per-round wall time by phase on one time axis; ``current`` round outlined."""
+    fig, ax = plt.subplots(figsize=(8, 2.2), dpi=150)
+    start = 0.0
+    for rnd in trace.rounds:
+        for stage in STAGES[:-1]:
+            seconds = rnd.timings_s.get(stage, 0.0)
+            if seconds > 0:
+                ax.barh(0, seconds, left=start, color=STAGE_COLORS[stage], edgecolor="none")
+                start += seconds
+        if rnd.index == current:
+            spent = sum(rnd.timings_s.values())
+            ax.barh(0, spent, left=start - spent, fill=False, edgecolor="black", linewidth=1.5)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=STAGE_COLORS[s]) for s in STAGES[:-1]]
+    ax.legend(handles, STAGES[:-1], loc="upper center", bbox_to_anchor=(0.5, -0.35), ncols=7, fontsize=7)
+    ax.set_yticks([])
+    ax.set_xlabel("seconds since start (rounds back to back)")
+    ax.set_title(f"{trace.method}: {len(trace.rounds)} rounds", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def figure_png(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def round_layout(
+    trace: Trace, index: int, draft_image: np.ndarray, canvas_image: np.ndarray, size: int = 384
+) -> plt.Figure:
+    """The slide figure of one round: up-sampled draft, acceptance map on tokens and on the image,
+    islands, canvas after the round; a legend with the colours and the round's numbers."""
+    rnd = trace.rounds[index]
+    masks = np.zeros((*rnd.draft.shape, 3), np.uint8) + 255
+    token_map = overlay(masks, rnd, opacity=1.0)
+    panels = [
+        ("up-sampled draft", enlarge(draft_image, size)),
+        ("acceptance (tokens)", enlarge(token_map, size)),
+        ("acceptance (image)", overlay(enlarge(draft_image, size), rnd)),
+        (f"islands ({rnd.n_islands})", island_colors(rnd.islands, enlarge(draft_image, size))),
+        ("canvas after round", enlarge(canvas_image, size)),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.9), dpi=150)
+    for ax, (title, img) in zip(axes, panels, strict=True):
+        ax.imshow(img, interpolation="nearest")
+        ax.set_title(title, fontsize=10)
+        ax.axis("off")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in ("accepted", "rejected", "reopened", "t0")]
+    names = ["accepted", "rejected", "re-opened (resampled)", "t0 (first rejection)"]
+    fig.legend(handles, names, loc="lower center", ncols=4, fontsize=9, frameon=False)
+    s = trace.config
+    fig.suptitle(
+        f'"{trace.prompt}"  seed {trace.seed}  {trace.method} r={s.get("r")} tau={s.get("tau")} k={s.get("k")} '
+        f"l={s.get('radius')} | round {index + 1}/{len(trace.rounds)} ({rnd.label}): "
+        f"{int(rnd.accepted.sum())}/{rnd.proposed} accepted, {int(rnd.reopened.sum())} re-opened",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    return fig
+
+
+def gif(frames: list[np.ndarray], seconds_per_frame: float = 0.6) -> bytes:
+    """An animated GIF (looping) of equally sized RGB frames."""
+    images = [Image.fromarray(f) for f in frames]
+    buf = io.BytesIO()
+    images[0].save(
+        buf, format="GIF", save_all=True, append_images=images[1:], duration=int(seconds_per_frame * 1000), loop=0
+    )
+    return buf.getvalue()

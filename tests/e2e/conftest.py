@@ -1,0 +1,50 @@
+"""Browser tests: Playwright driving Debian's Chromium (never a downloaded browser)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", shutil.which("chromium") or "/usr/bin/chromium")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.path.exists(CHROMIUM):
+        skip = pytest.mark.skip(reason=f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+        for item in items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
+        ],
+    }
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import app
+    from mulo.families import twemoji
+
+    if not (twemoji.ASSETS / "target.safetensors").exists():
+        app.DEFAULT_FAMILY = "toy"  # the trained family is not installed: drive the UI on random weights
+    demo = app.build_demo().queue(max_size=16)
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=7873, quiet=True, **app.LAUNCH_KW
+    )
+    yield url
+    demo.close()

@@ -1,0 +1,48 @@
+"""The demo in a real browser: generate, images decode, scrub rounds, click a token, download."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+
+
+def decoded(page: Page, selector: str) -> bool:
+    return page.eval_on_selector(selector, "img => img.complete && img.naturalWidth > 0")
+
+
+@pytest.mark.e2e
+def test_generate_scrub_click_download(page: Page, app_url):
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(app_url)
+    page.get_by_role("button", name="Generate", exact=True).click()
+    expect(page.locator("#ar img")).to_be_visible(timeout=60_000)
+    expect(page.locator("#mulo img")).to_be_visible(timeout=60_000)
+    expect(page.locator("#stats-mulo")).to_contain_text("speed-up", timeout=60_000)
+    assert decoded(page, "#ar img") and decoded(page, "#mulo img")
+
+    # the round panel is filled for MuLo-SD; scrubbing changes the round shown
+    info = page.locator("#round-info")
+    expect(info).to_contain_text("round 1 /", timeout=30_000)
+    page.get_by_role("button", name="next ▶", exact=True).click()
+    expect(info).to_contain_text("round 2 /", timeout=30_000)
+    expect(page.locator("#token-map img")).to_be_visible()
+    assert decoded(page, "#token-map img")
+
+    # clicking a token of the acceptance map shows its history
+    page.locator("#token-map img").click(position={"x": 20, "y": 200})
+    expect(page.locator("#token-info")).to_contain_text("token (row", timeout=30_000)
+
+    # the trace downloads as a file
+    page.get_by_text("Trace JSON").click()
+    with page.expect_download(timeout=30_000) as download:
+        page.locator("#downloads a").first.click()
+    assert download.value.suggested_filename.startswith("trace-")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "ui.png"), full_page=True)
+    assert not errors, errors

@@ -1,0 +1,146 @@
+"""The app's handlers as plain Python (toy family: random weights, every code path, fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pytest
+from PIL import Image
+
+import app
+from mulo import viz
+from mulo.trace import Trace
+
+
+def run(prompt="red apple", seed=0, **knobs):
+    updates = list(app.generate(prompt, seed, "toy", knobs.pop("third", "none"), **knobs))
+    return updates, updates[-1]
+
+
+@pytest.fixture(scope="module")
+def finished():
+    return run(third="zipar", tau=0.3)
+
+
+def test_generate_streams_rounds_then_the_results(finished):
+    updates, final = finished
+    img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, files, state = final
+    assert len(updates) >= 6  # one update per round of each run, then the final one
+    # while streaming, exactly one image changes per update and nothing else is re-sent
+    skip = gr.skip()
+    for update in updates[:-1]:
+        assert sum(isinstance(x, str) for x in update[:3]) == 1
+        assert all(x == skip for x in update[3:])
+    for path in (img_ar, img_mulo, img_third):
+        assert Image.open(path).size == (app.DISPLAY, app.DISPLAY)
+    assert "speed-up" in md_mulo and "acceptance" in md_mulo and "NFE target" in md_third
+    traces = [Trace.from_dict(json_ar), Trace.from_dict(json_mulo)]
+    assert [t.method for t in traces] == ["ar", "mulo"]
+    assert traces[1].config["tau"] == 0.3
+    assert len(files) == 3 and all(json.loads(Path(f).read_text())["schema"] == "mulo.trace/1" for f in files)
+    assert state["order"] == ["AR", "MuLo-SD", "zipar"]
+
+
+def test_same_request_same_images(finished):
+    _, again = run(third="zipar", tau=0.3)
+    for a, b in zip(finished[1][:3], again[:3], strict=True):
+        assert np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prompt": ""}, "prompt must not be empty"),
+        ({"prompt": "x" * 400}, "at most 300 characters"),
+        ({"tau": -1.0}, "tau must be"),
+        ({"r": 3}, "does not divide|r must be one of"),
+        ({"k": 2.5}, "k must be an integer"),
+        ({"seed": "abc"}, "seed must be an integer"),
+        ({"seed": -4}, "seed must be an integer"),
+        ({"third": "eagle"}, "third method must be one of"),
+    ],
+)
+def test_bad_inputs_are_clear_errors_and_the_next_request_works(kwargs, message):
+    prompt, seed = kwargs.pop("prompt", "red apple"), kwargs.pop("seed", 0)
+    with pytest.raises(gr.Error, match=message):
+        run(prompt, seed, **kwargs)
+    _, final = run()
+    assert final[-1]["views"]["MuLo-SD"].trace is not None
+
+
+def test_unknown_family_is_an_error():
+    with pytest.raises(gr.Error, match="family must be one of"):
+        list(app.generate("red apple", 0, "nope"))
+
+
+def test_rounds_scrub_and_latency(finished):
+    state = finished[1][-1]
+    pick, slider, latency = app.after_generate(state)
+    trace = state["views"]["MuLo-SD"].trace
+    assert pick.value == "MuLo-SD" and slider.maximum == max(1, len(trace.rounds) - 1)
+    assert latency is not None
+    first = app.show_round(state, "MuLo-SD", 0, 0.55, ["accepted", "rejected", "reopened", "t0"])
+    last = app.show_round(state, "MuLo-SD", len(trace.rounds) - 1, 0.55, ["accepted", "rejected", "reopened", "t0"])
+    assert len(first) == 8 and "round 1 /" in first[6]
+    sizes = {Image.open(p).size for p in first[:6]}
+    assert sizes == {(app.DISPLAY, app.DISPLAY)}
+    # different rounds draw different acceptance maps
+    assert not np.array_equal(np.asarray(Image.open(first[1])), np.asarray(Image.open(last[1])))
+    # a layer switched off disappears: no green left when only 'rejected' is drawn
+    only_rejected = np.asarray(Image.open(app.show_round(state, "MuLo-SD", 0, 0.55, ["rejected"])[1]))
+    green = np.all(only_rejected == viz.hex_rgb(viz.COLORS["accepted"]).astype(np.uint8), axis=-1)
+    assert not green.any()
+    assert app.step_round(0, -1, state, "MuLo-SD") == 0
+    assert app.step_round(len(trace.rounds) - 1, 1, state, "MuLo-SD") == len(trace.rounds) - 1
+    with pytest.raises(gr.Error, match="generate or load a trace first"):
+        app.show_round(None, "MuLo-SD", 0, 0.5, [])
+
+
+def test_token_history_names_its_rounds(finished):
+    trace = finished[1][-1]["views"]["MuLo-SD"].trace
+    rejected = [(r, tuple(np.argwhere(r.rejected)[0])) for r in trace.rounds if r.rejected.any()]
+    assert rejected, "tau=0.3 on random weights rejects some tokens"
+    rnd, (row, col) = rejected[0]
+    text = app.describe_token(trace, int(row), int(col), 0.3)
+    assert f"round {rnd.index + 1}" in text and "rejected" in text and "resampled in wave" in text
+    assert "vs τ 0.3" in text
+
+
+def test_exports_figure_and_gif(finished):
+    state = finished[1][-1]
+    png = app.export_figure(state, "MuLo-SD", 0)
+    figure = Image.open(png)
+    assert figure.size[0] >= 1600  # slide resolution
+    gif = Image.open(app.export_gif(state, "MuLo-SD"))
+    assert gif.n_frames == len(state["views"]["MuLo-SD"].trace.rounds)
+
+
+def test_replay_a_trace_file_and_reject_other_files(finished, tmp_path):
+    trace_file = finished[1][8][1]
+    image, summary, state = app.load_trace(trace_file, None)
+    assert Image.open(image).size == (app.DISPLAY, app.DISPLAY) and "mulo" in summary
+    view = state["views"]["replay: mulo"]
+    original = finished[1][-1]["views"]["MuLo-SD"]
+    assert np.array_equal(view.image, original.image)  # same family loaded: decoded identically
+    assert len(view.canvases) == len(original.canvases)
+    not_json = tmp_path / "x.json"
+    not_json.write_text("{nope")
+    with pytest.raises(gr.Error, match="not a readable JSON file"):
+        app.load_trace(str(not_json), None)
+    not_trace = tmp_path / "y.json"
+    not_trace.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(gr.Error, match="not a mulo trace"):
+        app.load_trace(str(not_trace), None)
+    with pytest.raises(gr.Error, match="choose a trace file"):
+        app.load_trace(None, None)
+
+
+def test_bundled_example_traces_replay():
+    names = app.example_traces()
+    assert names, "assets/examples ships example traces"
+    for name in names:
+        image, summary, state = app.load_trace(None, name)
+        assert Image.open(image).size[0] >= 64

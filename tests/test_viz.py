@@ -1,0 +1,106 @@
+"""Drawing functions (mulo.viz) and the pictures of a run (mulo.session)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from mulo import viz
+from mulo.engine import Engine
+from mulo.families import toy
+from mulo.session import replay_view, stream_view
+from mulo.trace import Round
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine(toy.build())
+
+
+@pytest.fixture(scope="module")
+def mulo_view(engine):
+    stream = stream_view(engine, "red apple", "mulo", 3, {"tau": 0.3})
+    views = []
+    while True:
+        try:
+            views.append(len(next(stream).canvases))
+        except StopIteration as done:
+            return done.value, views
+
+
+def test_stream_view_grows_one_round_at_a_time(mulo_view):
+    view, sizes = mulo_view
+    assert sizes == list(range(1, len(view.trace.rounds) + 1))
+    assert len(view.drafts) == len(view.canvases) == len(view.trace.rounds)
+    assert view.image.shape == view.canvases[-1].shape and np.array_equal(view.image, view.canvases[-1])
+    # an undecided token is grey on the canvas: the first canvas has grey cells, the last none
+    grey = viz.hex_rgb(viz.COLORS["pending"]).astype(np.uint8)
+    assert np.all(view.canvases[0] == grey, axis=-1).any()
+    assert all(d is not None for d in view.drafts)  # every MuLo-SD round proposes a draft
+
+
+def test_replay_decodes_like_the_live_run_or_falls_back_to_code_colours(engine, mulo_view):
+    view, _ = mulo_view
+    again = replay_view(view.trace, engine.family)
+    assert again.decoded and all(np.array_equal(a, b) for a, b in zip(again.canvases, view.canvases, strict=True))
+    blind = replay_view(view.trace, None)
+    assert not blind.decoded and blind.image.shape == (*view.trace.grid, 3)
+
+
+def test_round_masks_are_disjoint_and_cover_the_tested_tokens(mulo_view):
+    for rnd in mulo_view[0].trace.rounds:
+        masks = viz.round_masks(rnd)
+        total = sum(m.astype(int) for m in masks.values())
+        assert total.max() <= 1
+        tested = rnd.accepted.astype(bool) | rnd.rejected.astype(bool)
+        assert np.all(total[tested] == 1)
+        for mask, name in viz.annotations(rnd, (64, 64)):
+            assert mask.shape == (64, 64) and name in ("accepted", "rejected", "reopened", "t0")
+
+
+def test_finalized_round_follows_the_last_change():
+    grid = (2, 2)
+    final = np.array([[1, 2], [3, 4]])
+    r0 = Round.empty(0, "a", grid, np.array([[1, 9], [-1, -1]]))
+    r1 = Round.empty(1, "b", grid, np.array([[1, 2], [3, -1]]))
+    r2 = Round.empty(2, "c", grid, final)
+
+    class T:
+        rounds, tokens = [r0, r1, r2], final
+
+    T.grid = grid
+    assert viz.finalized_round(T).tolist() == [[0, 1], [1, 2]]
+
+
+def test_latency_rows_add_up_to_the_wall_time(mulo_view):
+    trace = mulo_view[0].trace
+    rows = viz.latency_rows({"m": trace})
+    assert {r["stage"] for r in rows} == set(viz.STAGES)
+    assert sum(r["seconds"] for r in rows) == pytest.approx(trace.latency_s)
+    assert all(r["seconds"] >= 0 for r in rows)
+
+
+def test_overlay_colours_only_the_requested_layers(mulo_view):
+    rnd = next(r for r in mulo_view[0].trace.rounds if r.rejected.any())
+    white = np.full((*rnd.draft.shape, 3), 255, np.uint8)
+    only_rejected = viz.overlay(white, rnd, opacity=1.0, layers=("rejected",))
+    red = np.all(only_rejected == viz.hex_rgb(viz.COLORS["rejected"]).astype(np.uint8), axis=-1)
+    assert np.array_equal(red, rnd.rejected.astype(bool))
+
+
+def test_time_spent_drawing_between_rounds_is_not_charged_to_the_method(engine):
+    stream = engine.stream("red apple", "ar", 0)
+    pause, paused = 0.05, 0.0
+    start = time.perf_counter()
+    while True:
+        try:
+            next(stream)
+        except StopIteration as done:
+            trace = done.value.trace
+            break
+        time.sleep(pause)
+        paused += pause
+    wall = time.perf_counter() - start
+    assert trace.latency_s < wall - 0.9 * paused
