@@ -89,3 +89,14 @@ def test_acceptance_is_spatially_structured(engine):
         flat_acc.append(accepted[flat].sum() / max(1, proposed[flat].sum()))
         detail_acc.append(accepted[~flat].sum() / max(1, proposed[~flat].sum()))
     assert np.mean(flat_acc) > np.mean(detail_acc) + 0.1, (flat_acc, detail_acc)
+
+
+def test_app_reports_prompts_with_no_known_word():
+    import gradio as gr
+
+    import app
+
+    with pytest.raises(gr.Error, match="no known word"):
+        list(app.generate("qwertyuiop zxcv", 0, "twemoji"))
+    *_, state = list(app.generate("red apple zxcv", 0, "twemoji"))[-1]
+    assert "unknown words ignored: zxcv" in state["views"]["MuLo-SD"].trace.warnings[0]
