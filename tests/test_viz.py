@@ -104,3 +104,13 @@ def test_time_spent_drawing_between_rounds_is_not_charged_to_the_method(engine):
         paused += pause
     wall = time.perf_counter() - start
     assert trace.latency_s < wall - 0.9 * paused
+
+
+def test_views_pickle_for_zerogpu(mulo_view):
+    """ZeroGPU runs the GPU function in a worker process: whatever it yields must pickle."""
+    import pickle
+
+    view = mulo_view[0]
+    again = pickle.loads(pickle.dumps(view))
+    assert again.trace.to_dict() == view.trace.to_dict()
+    assert all(np.array_equal(a, b) for a, b in zip(again.canvases, view.canvases, strict=True))
