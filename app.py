@@ -1,528 +1,43 @@
 """The mulo demo: plain AR and MuLo-SD side by side, every round of speculative decoding visible.
 
-``python app.py [--host H] [--port P] [--family twemoji]`` serves it (127.0.0.1:7860 by default);
-on Hugging Face Spaces the same file is the app. The UI is a thin adapter: ``mulo.session``
-runs the engine and keeps the pictures of every round, ``mulo.viz`` draws them.
+``python app.py [--host H] [--port P]`` serves it (127.0.0.1:7860 by default; ``MULO_FAMILY``
+picks the default family); on Hugging Face Spaces the same file is the app. This file is the
+layout; the handlers are in ``mulo.ui``, the pictures in ``mulo.viz``, the runs in ``mulo.session``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import tempfile
-import threading
-import time
-import uuid
-from pathlib import Path
 
 import gradio as gr
 import numpy as np
-from PIL import Image
 
-from mulo import viz
-from mulo.config import DRAFTING, RESAMPLING, UPSAMPLERS, ConfigError, GenerationConfig
-from mulo.engine import Engine
-from mulo.families import FAMILIES, load_family
-from mulo.session import RunView, replay_view, stream_view
-from mulo.spaces_compat import gpu
-from mulo.trace import Trace
-
-log = logging.getLogger("mulo.app")
-ROOT = Path(__file__).resolve().parent
-EXAMPLES_DIR = ROOT / "assets" / "examples"
-OUT_DIR = Path(tempfile.gettempdir()) / "mulo-app"
-DISPLAY = 256  # on-screen size of the generated images (nearest-neighbour, token cells stay sharp)
-BASELINES = ("none", "zipar", "sjd", "sd", "lantern")
-EXAMPLE_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown"]
-DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", "twemoji")
-
-# Every knob of the Advanced accordion: (name, component factory taking the default value).
-# Names are GenerationConfig's; the defaults shown are the default family's recommended values.
-KNOBS = [
-    ("r", lambda v: gr.Radio([2, 4], value=v, label="r", info="resolution ratio target / drafter")),
-    (
-        "tau",
-        lambda v: gr.Slider(
-            0,
-            1.01,
-            value=v,
-            step=0.01,
-            label="τ (tau)",
-            info="accept a draft token iff its pooled target probability ≥ τ; > 1 rejects all",
-        ),
-    ),
-    (
-        "k",
-        lambda v: gr.Slider(
-            0,
-            64,
-            value=v,
-            step=1,
-            label="k",
-            info="codebook neighbours pooled with the draft token (0 = the token alone)",
-        ),
-    ),
-    (
-        "radius",
-        lambda v: gr.Slider(
-            0,
-            4,
-            value=v,
-            step=1,
-            label="l (radius)",
-            info="re-open the (2l+1)² square around each rejection, never before t0",
-        ),
-    ),
-    (
-        "rows_per_block",
-        lambda v: gr.Slider(
-            0, 16, value=v, step=1, label="rows per block", info="low-res rows drafted per round; 0 = auto"
-        ),
-    ),
-    (
-        "drafting",
-        lambda v: gr.Radio(
-            list(DRAFTING), value=v, label="drafting", info="drafter decodes row by row, or ZipAR-parallel"
-        ),
-    ),
-    (
-        "resampling",
-        lambda v: gr.Radio(
-            list(RESAMPLING),
-            value=v,
-            label="resampling",
-            info="raster: one target pass per re-opened token (v1); islands: all in parallel (v2)",
-        ),
-    ),
-    (
-        "upsampler",
-        lambda v: gr.Radio(
-            list(UPSAMPLERS),
-            value=v,
-            label="up-sampler",
-            info="pixel: decode, resize, re-encode; learned: the family's token up-sampler",
-        ),
-    ),
-    (
-        "draft_window",
-        lambda v: gr.Slider(
-            1,
-            16,
-            value=v,
-            step=1,
-            label="drafter ZipAR window",
-            info="drafting=zipar: a row starts once the row above has this many tokens",
-        ),
-    ),
-    (
-        "island_window",
-        lambda v: gr.Slider(
-            0,
-            16,
-            value=v,
-            step=1,
-            label="island ZipAR window",
-            info="0 = raster order inside each island; w > 0 = ZipAR inside islands",
-        ),
-    ),
-    (
-        "zipar_window",
-        lambda v: gr.Slider(
-            1,
-            16,
-            value=v,
-            step=1,
-            label="ZipAR window (baseline)",
-            info="ZipAR baseline: row i+1 starts once row i has this many tokens",
-        ),
-    ),
-    (
-        "cfg",
-        lambda v: gr.Slider(
-            1, 8, value=v, step=0.5, label="CFG scale", info="classifier-free guidance u + s·(c − u); 1 = none"
-        ),
-    ),
-    ("temperature", lambda v: gr.Slider(0, 2, value=v, step=0.05, label="temperature", info="0 = greedy")),
-    (
-        "top_k",
-        lambda v: gr.Slider(0, 512, value=v, step=1, label="top-k", info="keep the k most likely codes; 0 = off"),
-    ),
-    ("top_p", lambda v: gr.Slider(0.05, 1, value=v, step=0.05, label="top-p", info="nucleus mass; 1 = off")),
-]
-INT_KNOBS = {"r", "k", "radius", "rows_per_block", "draft_window", "island_window", "zipar_window", "top_k"}
-
-METRICS_LEGEND = """
-**wall time**: seconds from request to decoded image on this machine (drawing excluded) ·
-**speed-up**: AR wall time / this method's wall time, same prompt, seed and settings ·
-**NFE**: forward passes of the target and of the drafter (a CFG pair counts once) ·
-**rounds**: draft → verify → resample blocks (AR and ZipAR: one per row of work) ·
-**acceptance**: accepted draft tokens / proposed draft tokens ·
-**re-opened**: positions re-opened and resampled by the target / all positions
-"""
-
-EXPLAINER = """
-MuLo-SD drafts the image with a **low-resolution** AR model, **up-samples** the draft tokens ×r,
-**verifies** all of them in one pass of the high-resolution target, **accepts** a token when the
-target probability pooled over the draft token and its k nearest codebook neighbours reaches τ,
-**re-opens** only the (2l+1)² neighbourhood of each rejection (never before the first one, t0) and
-**resamples** those islands, in parallel. Colours: <span style="color:#16a34a">■ accepted</span>
-<span style="color:#dc2626">■ rejected</span> <span style="color:#f59e0b">■ re-opened</span>
-<span style="color:#2563eb">■ t0</span>.
-"""
-
-_engines: dict[str, Engine] = {}
-_engines_lock = threading.Lock()
-
-
-# -- engines ------------------------------------------------------------------------------------
-def engine_for(family: str) -> Engine:
-    """The shared engine of ``family`` (loaded once; a load failure is a gr.Error)."""
-    with _engines_lock:
-        if family not in _engines:
-            try:
-                _engines[family] = Engine(load_family(family, "cuda" if _cuda() else "cpu"))
-            except (ValueError, FileNotFoundError) as exc:
-                raise gr.Error(str(exc)) from None
-        return _engines[family]
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def default_config() -> dict:
-    """The knob values a request gets by default: the default family's recommendations."""
-    try:
-        return engine_for(DEFAULT_FAMILY).make_config(None).to_dict()
-    except gr.Error:  # the family is not installed: the app still serves the others and replays
-        return GenerationConfig().to_dict()
-
-
-def knob_config(values: dict) -> dict:
-    """Gradio values -> GenerationConfig keys (integers where the config wants integers)."""
-    config = {}
-    for name, value in values.items():
-        if value is None:
-            continue
-        if name in INT_KNOBS:
-            if not float(value).is_integer():
-                raise gr.Error(f"{name} must be an integer (got {value!r})")
-            value = int(value)
-        config[name] = value
-    return config
-
-
-def parse_seed(seed) -> int:
-    try:
-        value = float(seed)
-    except (TypeError, ValueError):
-        raise gr.Error(f"seed must be an integer (got {seed!r})") from None
-    if not value.is_integer() or not 0 <= value < 2**63:
-        raise gr.Error(f"seed must be an integer in [0, 2^63) (got {seed!r})")
-    return int(value)
-
-
-def method_plan(third: str) -> list[tuple[str, str]]:
-    """(label, method) of the runs of one request: AR, MuLo-SD and an optional baseline."""
-    if third not in BASELINES:
-        raise gr.Error(f"third method must be one of {', '.join(BASELINES)} (got {third!r})")
-    plan = [("AR", "ar"), ("MuLo-SD", "mulo")]
-    return plan + ([(third, third)] if third != "none" else [])
-
-
-MULO_ONLY = {
-    "r",
-    "tau",
-    "radius",
-    "rows_per_block",
-    "drafting",
-    "resampling",
-    "upsampler",
-    "draft_window",
-    "island_window",
-}
-
-
-def method_knobs(config: dict, method: str) -> dict:
-    """MuLo-SD's knobs go to MuLo-SD only; AR and the baselines share the sampling knobs."""
-    return {k: v for k, v in config.items() if method == "mulo" or k not in MULO_ONLY}
-
-
-@gpu(duration=120)
-def run_methods(family: str, prompt: str, seed: int, config: dict, plan: list[tuple[str, str]]):
-    """The GPU part: each method in turn on the one engine; yields (label, RunView) per round and
-    once more when the run is finished (trace attached).
-
-    Yields are numpy images and traces, so they pickle across ZeroGPU's worker boundary."""
-    engine = engine_for(family)
-    for label, method in plan:
-        stream = stream_view(engine, prompt, method, seed, method_knobs(config, method))
-        while True:
-            try:
-                view = next(stream)
-            except StopIteration as done:
-                yield label, done.value
-                break
-            yield label, view
-
-
-# -- files --------------------------------------------------------------------------------------
-def save_png(image: np.ndarray, stem: str) -> str:
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / f"{stem}-{uuid.uuid4().hex[:10]}.png"
-    Image.fromarray(image).save(path)
-    return str(path)
-
-
-def save_bytes(data: bytes, name: str) -> str:
-    folder = OUT_DIR / uuid.uuid4().hex[:10]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_bytes(data)
-    return str(folder / name)
-
-
-def shown(image: np.ndarray) -> np.ndarray:
-    return viz.enlarge(image, DISPLAY)
-
-
-# -- headline numbers ---------------------------------------------------------------------------
-def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
-    s = trace.summary()
-    speedup = f"{baseline.latency_s / trace.latency_s:.2f}×" if baseline is not None and trace is not baseline else "1×"
-    acc = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.1%}"
-    c = trace.config
-    lines = [
-        f"**{trace.latency_s:.2f} s** · speed-up **{speedup}** · NFE target {s['nfe']['target']}, "
-        f"drafter {s['nfe']['drafter']} · {s['rounds']} rounds",
-        f"acceptance {acc} · re-opened {s['reopened_fraction']:.1%}",
-        f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
-        f"top-p {c['top_p']} · seed {trace.seed} · {trace.device}</small>",
-    ]
-    if trace.warnings:
-        lines.append(f"⚠️ {'; '.join(trace.warnings)}")
-    return "  \n".join(lines)
-
-
-# -- handlers -----------------------------------------------------------------------------------
-def generate(
-    prompt,
-    seed,
-    family=DEFAULT_FAMILY,
-    third="none",
-    r=None,
-    tau=None,
-    k=None,
-    radius=None,
-    rows_per_block=None,
-    drafting=None,
-    resampling=None,
-    upsampler=None,
-    draft_window=None,
-    island_window=None,
-    zipar_window=None,
-    cfg=None,
-    temperature=None,
-    top_k=None,
-    top_p=None,
-    progress=gr.Progress(),  # noqa: B008 (gradio injects the tracker through this default)
-):
-    """Stream AR, MuLo-SD (and a baseline) one after the other on the same prompt, seed and
-    settings; the final update adds the statistics, the traces (JSON) and the trace files.
-
-    The public ``/generate`` endpoint: ``prompt`` and ``seed`` are required, every other
-    parameter has the UI's default (None = the family's recommended value)."""
-    seed = parse_seed(seed)
-    family = family or DEFAULT_FAMILY
-    plan = method_plan(third or "none")
-    values = dict(locals())
-    config = knob_config({name: values[name] for name, _ in KNOBS})
-    engine = engine_for(family)
-    for _, method in plan:  # every problem is reported before anything runs
-        try:
-            engine.check(prompt, method, seed, method_knobs(config, method))
-        except ConfigError as exc:
-            raise gr.Error(str(exc)) from None
-    slots = {label: i for i, (label, _) in enumerate(plan)}
-    views: dict[str, RunView] = {}
-    for label, view in run_methods(family, prompt, seed, config, plan):
-        views[label] = view
-        out = [gr.skip()] * 3
-        latest = view.latest
-        if latest is not None:
-            out[slots[label]] = save_png(shown(latest), label)
-        done = sum(v.trace is not None for v in views.values())
-        progress((done + 0.5) / len(plan), desc=f"{label}: round {len(view.canvases)}")
-        yield *out, *([gr.skip()] * 7)
-    traces = {label: v.trace for label, v in views.items()}
-    base = traces["AR"]
-    stats = [stats_markdown(traces[label], base) if label in traces else "" for label in ("AR", "MuLo-SD", third)]
-    jsons = [traces[label].to_dict() if label in traces else None for label in ("AR", "MuLo-SD", third)]
-    downloads = [
-        save_bytes(json.dumps(t.to_dict()).encode(), f"trace-{t.method}-seed{seed}.json") for t in traces.values()
-    ]
-    state = {"views": views, "order": [label for label, _ in plan]}
-    # fresh files for the final images: re-sending a file the browser is still fetching can break it
-    finals = [
-        save_png(shown(views[label].image), label) if label in views else None for label in ("AR", "MuLo-SD", third)
-    ]
-    yield (*finals, *stats, *jsons[:2], downloads, state)
-
-
-# (The rest of the handlers below read the server-side state only: no engine, no GPU lane.)
-def after_generate(state):
-    """Round controls for the inspected run (MuLo-SD by default) and the latency charts."""
-    if not state:
-        raise gr.Error("nothing to show yet: generate or load a trace first")
-    choices = state["order"]
-    label = "MuLo-SD" if "MuLo-SD" in choices else choices[0]
-    n = len(state["views"][label].trace.rounds)
-    traces = {k: v.trace for k, v in state["views"].items()}
-    baseline = "AR" if "AR" in traces else None
-    return (
-        gr.Radio(choices=choices, value=label),
-        gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1),
-        viz.latency_figure(traces, baseline, title="Latency by stage"),
-    )
-
-
-def show_round(state, label, index, opacity, layers):
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to show yet: generate or load a trace first")
-    view = state["views"][label]
-    trace = view.trace
-    index = int(min(max(0, index or 0), len(trace.rounds) - 1))
-    rnd = trace.rounds[index]
-    draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
-    size = DISPLAY
-    token_map = viz.overlay(np.full((*rnd.draft.shape, 3), 255, np.uint8), rnd, opacity=1.0, layers=layers or ())
-    image_map = viz.overlay(viz.enlarge(draft, size), rnd, opacity=float(opacity), layers=layers or ())
-    islands = viz.island_colors(rnd.islands, viz.enlarge(draft, size))
-    finalized = viz.heatmap(viz.finalized_round(trace).astype(float), vmax=max(1, len(trace.rounds) - 1))
-    score = rnd.score[rnd.draft >= 0]
-    info = (
-        f"**round {index + 1} / {len(trace.rounds)}** ({rnd.label}) · proposed {rnd.proposed} · accepted "
-        f"{int(rnd.accepted.sum())} · rejected {int(rnd.rejected.sum())} · re-opened {int(rnd.reopened.sum())} "
-        f"in {rnd.n_islands} island(s) · t0 = {_rc(rnd.t0, trace.grid)}"
-        + (f" · score min/median {score.min():.3f}/{np.median(score):.3f}" if score.size and score.max() >= 0 else "")
-        + f" · NFE target {rnd.nfe.get('target', 0)}, drafter {rnd.nfe.get('drafter', 0)}"
-        + f" · {sum(rnd.timings_s.values()) * 1000:.1f} ms"
-    )
-    return (
-        save_png(viz.enlarge(draft, size), "draft"),
-        save_png(viz.enlarge(token_map, size), "tokens"),
-        save_png(image_map, "overlay"),
-        save_png(islands, "islands"),
-        save_png(viz.enlarge(finalized, size), "finalized"),
-        save_png(viz.enlarge(view.canvases[index], size), "canvas"),
-        info,
-        viz.timeline_figure(trace, current=index),
-    )
-
-
-def _rc(t0, grid) -> str:
-    return "none" if t0 is None else f"row {t0 // grid[1]}, col {t0 % grid[1]}"
-
-
-def step_round(index, delta, state, label):
-    if not state or label not in state.get("views", {}):
-        return gr.skip()
-    n = len(state["views"][label].trace.rounds)
-    return int(min(max(0, (index or 0) + delta), n - 1))
-
-
-def play_rounds(state, label):
-    """Walk the slider through every round (the slider's change event redraws)."""
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to play yet: generate or load a trace first")
-    for i in range(len(state["views"][label].trace.rounds)):
-        yield i
-        time.sleep(0.7)
-
-
-def token_info(state, label, index, evt: gr.SelectData):
-    """What happened to the clicked token in the whole run."""
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to inspect yet")
-    trace = state["views"][label].trace
-    h, w = trace.grid
-    cell = max(1, DISPLAY // h)  # the token map is enlarged by this factor (see show_round)
-    row, col = min(h - 1, int(evt.index[1]) // cell), min(w - 1, int(evt.index[0]) // cell)
-    return describe_token(trace, row, col, float(trace.config.get("tau", 0)))
-
-
-def describe_token(trace: Trace, row: int, col: int, tau: float) -> str:
-    lines = [
-        f"**token (row {row}, col {col})**: final code {int(trace.tokens[row, col])}, final after round "
-        f"{int(viz.finalized_round(trace)[row, col]) + 1}"
-    ]
-    for rnd in trace.rounds:
-        if rnd.draft[row, col] < 0 and not rnd.reopened[row, col] and not rnd.resampled[row, col]:
-            continue
-        parts = [f"round {rnd.index + 1}"]
-        if rnd.draft[row, col] >= 0:
-            score = float(rnd.score[row, col])
-            verdict = "accepted" if rnd.accepted[row, col] else ("rejected" if rnd.rejected[row, col] else "not tested")
-            test = f", score {score:.3f} vs τ {tau}" if score >= 0 else ""
-            parts.append(f"draft code {int(rnd.draft[row, col])}{test} → {verdict}")
-        if rnd.reopened[row, col]:
-            parts.append(f"re-opened (island {int(rnd.islands[row, col])})")
-        if rnd.resampled[row, col]:
-            parts.append(f"resampled in wave {int(rnd.resampled[row, col])} → code {int(rnd.tokens[row, col])}")
-        lines.append("- " + "; ".join(parts))
-    if len(lines) == 1:
-        lines.append("- decoded directly by the target (no draft for this position)")
-    return "\n".join(lines)
-
-
-def export_figure(state, label, index):
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to export yet: generate or load a trace first")
-    view = state["views"][label]
-    index = int(min(max(0, index or 0), len(view.trace.rounds) - 1))
-    draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
-    fig = viz.round_layout(view.trace, index, draft, view.canvases[index])
-    return save_bytes(viz.figure_png(fig), f"round{index + 1}-{view.trace.method}.png")
-
-
-def export_gif(state, label):
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to export yet: generate or load a trace first")
-    view = state["views"][label]
-    frames = []
-    for rnd, draft, canvas in zip(view.trace.rounds, view.drafts, view.canvases, strict=True):
-        left = viz.overlay(viz.enlarge(draft if draft is not None else canvas, DISPLAY), rnd)
-        frames.append(np.concatenate([left, np.full((DISPLAY, 8, 3), 255, np.uint8), viz.enlarge(canvas, DISPLAY)], 1))
-    return save_bytes(viz.gif(frames), f"rounds-{view.trace.method}.gif")
-
-
-def load_trace(upload, example):
-    """Replay a trace file (uploaded or bundled) without running a model."""
-    path = upload or (str(EXAMPLES_DIR / example) if example else None)
-    if not path:
-        raise gr.Error("choose a trace file or a bundled example")
-    try:
-        data = json.loads(Path(path).read_text())
-        trace = Trace.from_dict(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise gr.Error(f"not a readable JSON file: {exc}") from None
-    except Exception as exc:  # schema violations, missing keys, wrong shapes
-        raise gr.Error(f"not a mulo trace: {str(exc).splitlines()[0][:300]}") from None
-    family = _engines.get(trace.family)
-    view = replay_view(trace, family.family if family else None)
-    label = f"replay: {trace.method}"
-    note = "" if view.decoded else " (family not loaded here: token codes shown as colours)"
-    summary = f"**{trace.prompt}** · {trace.method} · seed {trace.seed} · {trace.family}{note}  \n" + stats_markdown(
-        trace, None
-    )
-    return save_png(shown(view.image), "replay"), summary, {"views": {label: view}, "order": [label]}
-
-
-def example_traces() -> list[str]:
-    return sorted(p.name for p in EXAMPLES_DIR.glob("*.json")) if EXAMPLES_DIR.exists() else []
+from mulo import ui
+from mulo.families import FAMILIES
+from mulo.ui import (  # noqa: F401  (re-exported: the handlers are app.generate, app.show_round, ...)
+    BASELINES,
+    DISPLAY,
+    EXAMPLE_PROMPTS,
+    EXPLAINER,
+    KNOBS,
+    METRICS_LEGEND,
+    OUT_DIR,
+    after_generate,
+    default_config,
+    describe_token,
+    engine_for,
+    example_traces,
+    export_figure,
+    export_gif,
+    generate,
+    load_trace,
+    play_rounds,
+    show_round,
+    step_round,
+    token_info,
+)
 
 
 # -- layout -------------------------------------------------------------------------------------
@@ -551,7 +66,7 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     family = gr.Dropdown(
                         list(FAMILIES),
-                        value=DEFAULT_FAMILY,
+                        value=ui.DEFAULT_FAMILY,
                         label="family",
                         info="twemoji: trained here (CPU); toy: random weights (code paths only)",
                     )
@@ -680,7 +195,7 @@ def main(argv=None) -> None:
     parser.add_argument("--queue-size", type=int, default=32, help="waiting requests beyond this are turned away")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine_for(DEFAULT_FAMILY)  # load at start (on ZeroGPU: on CUDA at import, as it asks)
+    engine_for(ui.DEFAULT_FAMILY)  # load at start (on ZeroGPU: on CUDA at import, as it asks)
     demo = build_demo().queue(max_size=args.queue_size)
     demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(OUT_DIR)], **LAUNCH_KW)
 
