@@ -32,6 +32,7 @@ from mulo.ui import (  # noqa: F401  (re-exported: the handlers are app.generate
     export_figure,
     export_gif,
     generate,
+    knob_component,
     load_trace,
     play_rounds,
     show_round,
@@ -79,11 +80,11 @@ def build_demo() -> gr.Blocks:
                 knobs = []
                 defaults = default_config()
                 with gr.Row():
-                    for name, make in KNOBS[:8]:
-                        knobs.append(make(defaults[name]))
+                    for knob in KNOBS[:8]:
+                        knobs.append(knob_component(knob, defaults[knob[0]]))
                 with gr.Row():
-                    for name, make in KNOBS[8:]:
-                        knobs.append(make(defaults[name]))
+                    for knob in KNOBS[8:]:
+                        knobs.append(knob_component(knob, defaults[knob[0]]))
             with gr.Row(equal_height=True):
                 with gr.Column():
                     img_ar = gr.Image(label="baseline AR", elem_id="ar", format="png", interactive=False, height=280)

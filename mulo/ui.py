@@ -36,120 +36,66 @@ BASELINES = ("none", "zipar", "sjd", "sd", "lantern")
 EXAMPLE_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown"]
 DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", "twemoji")
 
-# Every knob of the Advanced accordion: (name, component factory taking the default value).
-# Names are GenerationConfig's; the defaults shown are the default family's recommended values.
+# Every knob of the Advanced accordion: (name, label, one-line explanation, choices or (min, max, step)).
+# Names are GenerationConfig's; the values shown are the default family's recommended ones.
 KNOBS = [
-    ("r", lambda v: gr.Radio([2, 4], value=v, label="r", info="resolution ratio target / drafter")),
-    (
-        "tau",
-        lambda v: gr.Slider(
-            0,
-            1.01,
-            value=v,
-            step=0.01,
-            label="τ (tau)",
-            info="accept a draft token iff its pooled target probability ≥ τ; > 1 rejects all",
-        ),
-    ),
-    (
-        "k",
-        lambda v: gr.Slider(
-            0,
-            64,
-            value=v,
-            step=1,
-            label="k",
-            info="codebook neighbours pooled with the draft token (0 = the token alone)",
-        ),
-    ),
-    (
-        "radius",
-        lambda v: gr.Slider(
-            0,
-            4,
-            value=v,
-            step=1,
-            label="l (radius)",
-            info="re-open the (2l+1)² square around each rejection, never before t0",
-        ),
-    ),
-    (
-        "rows_per_block",
-        lambda v: gr.Slider(
-            0, 16, value=v, step=1, label="rows per block", info="low-res rows drafted per round; 0 = auto"
-        ),
-    ),
-    (
-        "drafting",
-        lambda v: gr.Radio(
-            list(DRAFTING), value=v, label="drafting", info="drafter decodes row by row, or ZipAR-parallel"
-        ),
-    ),
+    ("r", "r", "resolution ratio target / drafter", [2, 4]),
+    ("tau", "τ (tau)", "accept a draft token iff its pooled target probability ≥ τ; > 1 rejects all", (0, 1.01, 0.01)),
+    ("k", "k", "codebook neighbours pooled with the draft token (0 = the token alone)", (0, 64, 1)),
+    ("radius", "l (radius)", "re-open the (2l+1)² square around each rejection, never before t0", (0, 4, 1)),
+    ("rows_per_block", "rows per block", "low-res rows drafted per round; 0 = auto", (0, 16, 1)),
+    ("drafting", "drafting", "drafter decodes row by row, or ZipAR-parallel", list(DRAFTING)),
     (
         "resampling",
-        lambda v: gr.Radio(
-            list(RESAMPLING),
-            value=v,
-            label="resampling",
-            info="raster: one target pass per re-opened token (v1); islands: all in parallel (v2)",
-        ),
-    ),
+        "resampling",
+        "raster: one target pass per re-opened token (v1); islands: all in parallel (v2)",
+        list(RESAMPLING),
+    ),  # fmt: skip
     (
         "upsampler",
-        lambda v: gr.Radio(
-            list(UPSAMPLERS),
-            value=v,
-            label="up-sampler",
-            info="pixel: decode, resize, re-encode; learned: the family's token up-sampler",
-        ),
-    ),
+        "up-sampler",
+        "pixel: decode, resize, re-encode; learned: the family's token up-sampler",
+        list(UPSAMPLERS),
+    ),  # fmt: skip
     (
         "draft_window",
-        lambda v: gr.Slider(
-            1,
-            16,
-            value=v,
-            step=1,
-            label="drafter ZipAR window",
-            info="drafting=zipar: a row starts once the row above has this many tokens",
-        ),
-    ),
+        "drafter ZipAR window",
+        "drafting=zipar: a row starts once the row above has this many tokens",
+        (1, 16, 1),
+    ),  # fmt: skip
     (
         "island_window",
-        lambda v: gr.Slider(
-            0,
-            16,
-            value=v,
-            step=1,
-            label="island ZipAR window",
-            info="0 = raster order inside each island; w > 0 = ZipAR inside islands",
-        ),
-    ),
+        "island ZipAR window",
+        "0 = raster order inside each island; w > 0 = ZipAR inside islands",
+        (0, 16, 1),
+    ),  # fmt: skip
     (
         "zipar_window",
-        lambda v: gr.Slider(
-            1,
-            16,
-            value=v,
-            step=1,
-            label="ZipAR window (baseline)",
-            info="ZipAR baseline: row i+1 starts once row i has this many tokens",
-        ),
-    ),
-    (
-        "cfg",
-        lambda v: gr.Slider(
-            1, 8, value=v, step=0.5, label="CFG scale", info="classifier-free guidance u + s·(c − u); 1 = none"
-        ),
-    ),
-    ("temperature", lambda v: gr.Slider(0, 2, value=v, step=0.05, label="temperature", info="0 = greedy")),
-    (
-        "top_k",
-        lambda v: gr.Slider(0, 512, value=v, step=1, label="top-k", info="keep the k most likely codes; 0 = off"),
-    ),
-    ("top_p", lambda v: gr.Slider(0.05, 1, value=v, step=0.05, label="top-p", info="nucleus mass; 1 = off")),
+        "ZipAR window (baseline)",
+        "ZipAR baseline: row i+1 starts once row i has this many tokens",
+        (1, 16, 1),
+    ),  # fmt: skip
+    ("cfg", "CFG scale", "classifier-free guidance u + s·(c − u); 1 = none", (1, 8, 0.5)),
+    ("temperature", "temperature", "0 = greedy", (0, 2, 0.05)),
+    ("top_k", "top-k", "keep the k most likely codes; 0 = off", (0, 512, 1)),
+    ("top_p", "top-p", "nucleus mass; 1 = off", (0.05, 1, 0.05)),
 ]
-INT_KNOBS = {"r", "k", "radius", "rows_per_block", "draft_window", "island_window", "zipar_window", "top_k"}
+# Knobs the config wants as integers: integer choices, or sliders moving in whole steps.
+INT_KNOBS = {
+    name
+    for name, _, _, spec in KNOBS
+    if (isinstance(spec, list) and all(isinstance(c, int) for c in spec)) or (isinstance(spec, tuple) and spec[2] == 1)
+}
+
+
+def knob_component(knob: tuple, value) -> gr.components.Component:
+    """The input of one ``KNOBS`` entry: a radio over its choices or a slider over its range."""
+    _, label, info, spec = knob
+    if isinstance(spec, list):
+        return gr.Radio(spec, value=value, label=label, info=info)
+    low, high, step = spec
+    return gr.Slider(low, high, value=value, step=step, label=label, info=info)
+
 
 METRICS_LEGEND = """
 **wall time**: seconds from request to decoded image on this machine (drawing excluded) ·
@@ -337,7 +283,7 @@ def generate(
     family = family or DEFAULT_FAMILY
     plan = method_plan(third or "none")
     values = dict(locals())
-    config = knob_config({name: values[name] for name, _ in KNOBS})
+    config = knob_config({name: values[name] for name, *_ in KNOBS})
     engine = engine_for(family)
     for _, method in plan:  # every problem is reported before anything runs
         try:

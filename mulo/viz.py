@@ -105,12 +105,6 @@ def overlay(image: np.ndarray, rnd: Round, opacity: float = 0.55, layers=("accep
     return out.astype(np.uint8)
 
 
-def annotations(rnd: Round, size: tuple[int, int]) -> list[tuple[np.ndarray, str]]:
-    """``gr.AnnotatedImage`` layers: float masks of the image's size, one per label present."""
-    masks = {**round_masks(rnd), "t0": t0_mask(rnd)}
-    return [(upscale(m.astype(np.float32), size), name) for name, m in masks.items() if m.any()]
-
-
 def island_colors(islands: np.ndarray, background: np.ndarray | None = None) -> np.ndarray:
     """Each island in its own colour (tab20, cycling); elsewhere the faded background or white."""
     h, w = islands.shape
@@ -141,26 +135,30 @@ def heatmap(values: np.ndarray, vmax: float | None = None, cmap: str = "viridis"
     return rgb
 
 
+def stage_seconds(trace: Trace) -> dict[str, float]:
+    """Seconds per displayed stage; "other" = wall time no phase claimed."""
+    timings = {s: float(trace.timings_s.get(s, 0.0)) for s in STAGES if s in PHASES}
+    timings["other"] = max(0.0, trace.latency_s - sum(timings.values()))
+    return timings
+
+
 def latency_rows(traces: dict[str, Trace]) -> list[dict]:
-    """One row per (method label, stage) with seconds; "other" = wall time no phase claimed."""
-    rows = []
-    for label, trace in traces.items():
-        timings = {k: float(v) for k, v in trace.timings_s.items() if k in PHASES}
-        timings["other"] = max(0.0, trace.latency_s - sum(timings.values()))
-        rows += [{"method": label, "stage": s, "seconds": timings.get(s, 0.0)} for s in STAGES]
-    return rows
+    """One row per (method label, stage) with seconds (a tidy table for plots and exports)."""
+    return [
+        {"method": label, "stage": stage, "seconds": seconds}
+        for label, trace in traces.items()
+        for stage, seconds in stage_seconds(trace).items()
+    ]
 
 
 def latency_figure(traces: dict[str, Trace], baseline: str | None = None, title: str = "Latency") -> plt.Figure:
     """Stacked horizontal bars per method with total and speed-up over ``baseline``."""
     labels = list(traces)
+    per_method = [stage_seconds(traces[label]) for label in labels]
     fig, ax = plt.subplots(figsize=(8, 0.7 * len(labels) + 1.4), dpi=150)
-    rows = latency_rows(traces)
     left = np.zeros(len(labels))
     for stage in STAGES:
-        values = np.array(
-            [next(r["seconds"] for r in rows if r["method"] == m and r["stage"] == stage) for m in labels]
-        )
+        values = np.array([seconds[stage] for seconds in per_method])
         if values.any():
             ax.barh(labels, values, left=left, color=STAGE_COLORS[stage], label=stage)
             left += values
