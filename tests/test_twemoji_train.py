@@ -38,8 +38,11 @@ def test_tokenizer_reports_unknown_words_and_rejects_prompts_without_known_ones(
     assert ids.tolist()[:2] == [tok.index["red"], tok.index["apple"]] and ids.tolist()[2:] == [0, 0]
     clip = MiniCLIP(tok.vocab, max_len=4)
     features, unknown = clip.condition("cat with hat")
-    assert features.shape == (4, 128) and unknown == ["with", "hat"]
-    assert features[1:].abs().sum() == 0  # padding features are zero, like the null condition
+    assert features.shape == (5, 128) and unknown == ["with", "hat"]  # text embedding + 4 word slots
+    rms = features.pow(2).mean(-1).sqrt()
+    # The embedding and the known word at unit RMS (far from the all-zero null condition);
+    # padding slots exactly zero.
+    assert torch.allclose(rms[:2], torch.ones(2), atol=1e-5) and features[2:].abs().sum() == 0
     with pytest.raises(ValueError, match="no known word"):
         clip.condition("zebra crossing")
 

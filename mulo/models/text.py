@@ -110,16 +110,39 @@ class MiniCLIP(nn.Module):
         target = same.float() / same.float().sum(1, keepdim=True)
         return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target.T))
 
-    @torch.no_grad()
-    def condition(self, prompt: str) -> tuple[torch.Tensor, list[str]]:
-        """AR condition ``[max_len, width]`` of a prompt, and its unknown words.
+    @property
+    def cond_len(self) -> int:
+        return self.config["max_len"] + 1
 
-        Raises ValueError when no word of the prompt is known."""
+    @torch.no_grad()
+    def condition_features(self, ids: torch.Tensor) -> torch.Tensor:
+        """AR conditions ``[B, max_len + 1, width]`` of word ids ``[B, max_len]``.
+
+        Slot 0 holds the contrastive text embedding (the part trained to pick out one image),
+        the other slots the per-word features; every non-padding slot is scaled to unit RMS.
+        Why: the raw word features come out of a LayerNorm whose gain decays to ~0.1, so they
+        sit close to the all-zero null condition and an AR model learns to ignore them.
+        """
+        if self.config["embed"] != self.config["width"]:
+            raise ValueError("condition_features needs embed == width")
+        words, pooled = self.text(ids)
+        features = torch.cat([pooled[:, None], F.normalize(words, dim=-1)], dim=1)
+        return features * self.config["width"] ** 0.5  # padding slots stay exactly zero
+
+    def check_prompt(self, prompt: str) -> tuple[torch.Tensor, list[str]]:
+        """Word ids and unknown words of ``prompt``; ValueError when no word is known."""
         ids, unknown = self.tokenizer.encode(prompt)
         if not bool((ids > 0).any()):
             raise ValueError(f"no known word in the prompt {prompt!r} (unknown: {', '.join(unknown) or 'none'})")
-        features, _ = self.text(ids[None].to(self.logit_scale.device))
-        return features[0], unknown
+        return ids, unknown
+
+    @torch.no_grad()
+    def condition(self, prompt: str) -> tuple[torch.Tensor, list[str]]:
+        """AR condition ``[cond_len, width]`` of a prompt, and its unknown words.
+
+        Raises ValueError when no word of the prompt is known."""
+        ids, unknown = self.check_prompt(prompt)
+        return self.condition_features(ids[None].to(self.logit_scale.device))[0], unknown
 
     @torch.no_grad()
     def embed_texts(self, texts: list[str], batch: int = 512) -> torch.Tensor:

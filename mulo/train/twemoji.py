@@ -61,7 +61,7 @@ class Budget:
     clip_batch: int = 128
     vq_steps: int = 1200
     vq_batch: int = 16
-    ar_steps: int = 3200  # the 16x16 target
+    ar_steps: int = 3600  # the 16x16 target
     drafter_steps: int = 2000  # each low-res drafter
     ar_batch: int = 32
     draft_model_steps: int = 1700
@@ -96,7 +96,7 @@ SMOKE = Budget(
 def gpt_config(stage: str, vocab: int, cond_dim: int) -> GPTConfig:
     side = GRIDS[stage]
     sizes = DRAFT_MODEL if stage == "draft_model" else TARGET
-    return GPTConfig(vocab_size=vocab, max_seq_len=side * side, cond_len=COND_LEN, cond_dim=cond_dim, **sizes)
+    return GPTConfig(vocab_size=vocab, max_seq_len=side * side, cond_len=COND_LEN + 1, cond_dim=cond_dim, **sizes)
 
 
 def to_float(images: np.ndarray) -> torch.Tensor:
@@ -279,7 +279,7 @@ class Pipeline:
         for name, texts in (("cond_name", d.names), ("cond_text", d.texts)):
             ids = clip.tokenizer.batch(texts)
             conds[name] = torch.cat(
-                [clip.text(ids[i : i + 512].to(self.device))[0].cpu() for i in range(0, len(ids), 512)]
+                [clip.condition_features(ids[i : i + 512].to(self.device)).cpu() for i in range(0, len(ids), 512)]
             )
             conds[name] = conds[name].numpy().astype(np.float16)
         np.savez(self.run / "tokens.npz", **grids, **conds, is_val=d.is_val)
@@ -298,6 +298,11 @@ class Pipeline:
         torch.nn.init.normal_(model.abs_pe, std=0.02)
         model.to(self.device)
         train_idx = np.flatnonzero(~is_val)
+        # Every emoji equally likely, its skin-tone variants sharing its weight: variants are
+        # 58 % of the images but near-duplicates, and the base emoji are what prompts ask for.
+        group = np.unique(np.array(self.data.keys)[train_idx], return_inverse=True, return_counts=True)
+        weights = 1.0 / group[2][group[1]]
+        weights /= weights.sum()
         rng = self.rng(stage)
         batch = self.budget.ar_batch
         steps = {"target": self.budget.ar_steps, "draft_model": self.budget.draft_model_steps}.get(
@@ -305,7 +310,7 @@ class Pipeline:
         )
 
         def loss_fn(step):
-            idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False)
+            idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False, p=weights)
             use_name = torch.from_numpy(rng.random(len(idx)) < NAME_TEXT_PROB)[:, None, None]
             cond = torch.where(use_name, cond_name[idx], cond_text[idx])
             drop = torch.from_numpy(rng.random(len(idx)) < CFG_DROPOUT)[:, None, None]
@@ -317,7 +322,8 @@ class Pipeline:
                 noise = torch.from_numpy(rng.random(inputs.shape) < self.budget.input_noise).to(self.device)
                 random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(self.device)
                 inputs = torch.where(noise, random_codes, inputs)
-            logits = model(inputs, cond.to(self.device))
+            with autocast(self.device):
+                logits = model(inputs, cond.to(self.device))
             return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
 
         stats = train(
@@ -452,6 +458,17 @@ def _init_weights(module) -> None:
         torch.nn.init.normal_(module.weight, std=0.02)
         if getattr(module, "bias", None) is not None:
             torch.nn.init.zeros_(module.bias)
+
+
+def autocast(device: str):
+    """bf16 autocast where the hardware runs bf16 matmuls natively (CUDA; CPUs with AVX512-BF16
+    or AMX, 1.6x faster per AR training step on our 2-core EPYC); plain fp32 elsewhere."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    cpu_bf16 = (
+        getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+        or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    )
+    return torch.autocast(kind, dtype=torch.bfloat16, enabled=kind == "cuda" or cpu_bf16)
 
 
 def hardware(device: str) -> str:
