@@ -15,7 +15,7 @@ import gradio as gr
 import numpy as np
 
 from mulo import ui
-from mulo.families import FAMILIES
+from mulo.families import FAMILIES, TAR_VARIANTS
 from mulo.ui import (  # noqa: F401  (re-exported: the handlers are app.generate, app.show_round, ...)
     BASELINES,
     DISPLAY,
@@ -66,10 +66,11 @@ def build_demo() -> gr.Blocks:
             with gr.Accordion("Advanced", open=False):
                 with gr.Row():
                     family = gr.Dropdown(
-                        list(FAMILIES),
+                        list(dict.fromkeys(FAMILIES + TAR_VARIANTS)),
                         value=ui.DEFAULT_FAMILY,
                         label="family",
-                        info="twemoji: trained here (CPU); toy: random weights (code paths only)",
+                        info="twemoji: trained here (CPU); toy: random weights (code paths only); "
+                        "tar: the real Tar models (GPU, weights from `python -m mulo download tar`)",
                     )
                     third = gr.Dropdown(
                         list(BASELINES),

@@ -52,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate one image and its trace")
     gen.add_argument("--prompt", required=True)
-    gen.add_argument("--family", default="twemoji", help="model family: twemoji (default) or toy")
+    gen.add_argument(
+        "--family",
+        default="twemoji",
+        help="model family: twemoji (default), toy, or tar (= tar-1.5b-512), tar-1.5b-1024, tar-7b-512, tar-7b-1024",
+    )
     gen.add_argument("--method", default="mulo", help=f"one of {', '.join(METHODS)} (default mulo)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--device", default="cpu")
@@ -67,10 +71,40 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--assets", type=Path, default=Path("assets/twemoji"), help="where export writes the family")
     tr.add_argument("--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji)")
     tr.add_argument("--stages", help="comma-separated subset of stages")
+    dl = sub.add_parser("download", help="fetch a family's weights into the Hugging Face cache (tar)")
+    dl.add_argument("family", choices=["tar"])
+    dl.add_argument("--llm", choices=["1.5b", "7b"], default="1.5b", help="Tar-1.5B or Tar-7B (default 1.5b)")
+    dl.add_argument(
+        "--res", type=int, choices=[512, 1024], default=512, help="AR-DTok target: 512 px (r=2) or 1024 px (r=4)"
+    )
     return parser
 
 
+def cmd_download(args) -> int:
+    from mulo.families import tar
+
+    variant = tar.Variant(args.llm, args.res)
+    try:
+        paths = tar.download(variant)
+    except Exception as exc:  # noqa: BLE001 - network, disk, authentication: one line, no traceback
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = f"{type(exc).__name__}: {lines[0] if lines else 'no details'}"
+        raise DownloadError(f"downloading {variant.name} from the Hugging Face Hub failed ({reason})") from None
+    for field_name, path in vars(paths).items():
+        print(f"{field_name}: {path}")
+    print(f"ready: python -m mulo generate --family {variant.name} --device cuda --prompt ...")
+    return 0
+
+
+class DownloadError(RuntimeError):
+    pass
+
+
 def cmd_generate(args) -> int:
+    from mulo.families import check_available
+
+    check_available(args.family)  # a missing-weights error in well under a second
+
     from PIL import Image
 
     from mulo.engine import Engine
@@ -112,8 +146,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate, "train": cmd_train}[args.command](args)
-    except (ValueError, FileNotFoundError) as exc:  # ConfigError is a ValueError
+        return {"generate": cmd_generate, "train": cmd_train, "download": cmd_download}[args.command](args)
+    except (ValueError, FileNotFoundError, DownloadError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

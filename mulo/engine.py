@@ -66,9 +66,9 @@ class Engine:
         values.update(config or {})
         return GenerationConfig.from_dict(values)
 
-    def check(self, prompt, method: str, seed, config) -> tuple[str, GenerationConfig, torch.Tensor, list[str]]:
-        """Validate a request; returns the normalised prompt, the full config, the condition and
-        warnings (prompt words the family does not know are reported, never silently dropped)."""
+    def check(self, prompt, method: str, seed, config) -> tuple[str, GenerationConfig, list[str]]:
+        """Validate a request (cheaply: no model runs); returns the normalised prompt, the full
+        config and warnings (prompt words the family does not know are reported, never dropped)."""
         validate_method(method)
         prompt = validate_prompt(prompt)
         validate_seed(seed)
@@ -80,23 +80,25 @@ class Engine:
         if method == "mulo" and cfg.upsampler == "learned" and cfg.r not in fam.upsamplers:
             raise ConfigError(f"upsampler=learned has no model for r={cfg.r} in family {fam.name}")
         try:
-            cond = fam.condition(prompt)
+            fam.check_prompt(prompt)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         unknown = fam.unknown_words(prompt)
         warnings = [f"unknown words ignored: {', '.join(unknown)}"] if unknown else []
-        return prompt, cfg, cond, warnings
+        return prompt, cfg, warnings
 
     def stream(self, prompt: str, method: str = "mulo", seed: int = 0, config=None):
         """Yield each Round of one generation; return its Result."""
-        prompt, cfg, cond, warnings = self.check(prompt, method, seed, config)
+        prompt, cfg, warnings = self.check(prompt, method, seed, config)
         fam = self.family
         with self.lock:
             timer = PhaseTimer(fam.device)
+            start = time.perf_counter()
+            with timer.phase("condition"):  # Tar: the LLM's semantic tokens + TA-Tok decoding
+                cond = fam.condition(prompt, seed)
             ctx = DecodeContext(fam, cond, cfg, torch.Generator().manual_seed(seed), timer)
             rounds: list[Round] = []
             paused = [0.0]  # seconds the consumer held the generator between rounds
-            start = time.perf_counter()
             tokens = yield from _collect(METHOD_FUNCTIONS[method](ctx), rounds, paused)
             with timer.phase("vq_decode"):
                 image = to_uint8(fam.vq.decode(tokens[None].to(fam.device)))[0].numpy()

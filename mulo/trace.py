@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-PHASES = ("drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode")
+PHASES = ("condition", "drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode")
 # Methods whose rounds each commit an accepted prefix plus one token (vLLM's acceptance length).
 CHAIN_METHODS = ("sd", "lantern", "sjd")
 

@@ -27,8 +27,9 @@ COLORS = {
     "pending": "#d4d4d8",  # grey: not decided yet
 }
 # Latency stages shown to users, in stacking order; "other" is wall time no phase claimed.
-STAGES = ("drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode", "other")
+STAGES = ("condition", "drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode", "other")
 STAGE_COLORS = {
+    "condition": "#a3a3a3",
     "drafter": "#8b5cf6",
     "upsample": "#06b6d4",
     "verify": "#2563eb",

@@ -5,7 +5,9 @@ drafters     {r: AR model on the grid r times coarser} (MuLo-SD)
 draft_model  small AR model on the target's own grid (SD / LANTERN), or None
 vq           the VQ tokenizer shared by every resolution
 upsamplers   {r: learned token up-sampler}; the pixel up/down-sampler is built from vq
-conditioner  prompt -> condition tensor for every AR model of the family
+conditioner  prompt -> condition tensor for every AR model of the family:
+             ``check(prompt)`` validates cheaply (raises ValueError), ``(prompt, seed)`` computes
+             the condition (seeded where it samples, as Tar's LLM does), ``unknown_words(prompt)``
 """
 
 from __future__ import annotations
@@ -57,9 +59,13 @@ class Family:
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
 
-    def condition(self, prompt: str) -> torch.Tensor:
+    def check_prompt(self, prompt: str) -> None:
+        """Raise ValueError if the conditioner cannot use ``prompt`` (runs no model)."""
+        self.conditioner.check(prompt)
+
+    def condition(self, prompt: str, seed: int = 0) -> torch.Tensor:
         """The condition of ``prompt`` for every AR model (raises ValueError if unusable)."""
-        return self.conditioner(prompt).to(self.device)
+        return self.conditioner(prompt, seed).to(self.device)
 
     def unknown_words(self, prompt: str) -> list[str]:
         """Words of ``prompt`` the conditioner ignores (reported in the trace's warnings)."""

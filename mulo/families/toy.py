@@ -34,10 +34,13 @@ class HashedWords:
     def unknown_words(self, prompt: str) -> list[str]:
         return []  # every word hashes to a vector
 
-    def __call__(self, prompt: str) -> torch.Tensor:
-        words = prompt.lower().split()
-        if not words:
+    def check(self, prompt: str) -> None:
+        if not prompt.split():
             raise ValueError("prompt must not be empty")
+
+    def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
+        self.check(prompt)
+        words = prompt.lower().split()
         vectors = []
         for word in words[: self.cond_len]:
             gen = torch.Generator().manual_seed(zlib.crc32(word.encode()) ^ self.seed)

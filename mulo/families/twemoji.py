@@ -46,8 +46,11 @@ class PromptConditioner:
     def __init__(self, clip: MiniCLIP):
         self.clip = clip
 
-    def __call__(self, prompt: str) -> torch.Tensor:
-        return self.clip.condition(prompt)[0]
+    def check(self, prompt: str) -> None:
+        self.clip.check_prompt(prompt)
+
+    def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
+        return self.clip.condition(prompt)[0]  # deterministic: the seed does not matter
 
     def unknown_words(self, prompt: str) -> list[str]:
         return self.clip.tokenizer.split(prompt)[1]
