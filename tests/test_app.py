@@ -76,6 +76,16 @@ def test_unknown_family_is_an_error():
         list(app.generate("red apple", 0, "nope"))
 
 
+def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(gr.Error, match="python -m mulo download tar --llm 7b --res 1024"):
+        list(app.generate("red apple", 0, "tar-7b-1024"))
+    _, final = run()  # the toy engine still serves
+    assert final[-1]["views"]["MuLo-SD"].trace is not None
+
+
 def test_rounds_scrub_and_latency(finished):
     state = finished[1][-1]
     pick, slider, latency = app.after_generate(state)
