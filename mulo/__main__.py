@@ -71,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--assets", type=Path, default=Path("assets/twemoji"), help="where export writes the family")
     tr.add_argument("--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji)")
     tr.add_argument("--stages", help="comma-separated subset of stages")
+    be = sub.add_parser("bench", help="speed and quality of every method, side by side (the paper's table)")
+    be.add_argument("--family", default="twemoji")
+    be.add_argument("--device", default="cpu")
+    be.add_argument("--quick", action="store_true", help="3 prompts, 8 methods: under a minute on 2 CPU cores")
+    be.add_argument("--prompts", type=int, help="number of prompts (default 48; --quick 3)")
+    be.add_argument("--methods", help=f"comma-separated labels (default all: {', '.join(_bench_labels())})")
+    be.add_argument("--json", type=Path, help="write the result here (JSON)")
+    be.add_argument("--out", type=Path, help="write table.json / table.md / table.png (and sweep plots) here")
+    be.add_argument("--sweeps", action="store_true", help="also run the sweeps and ablations (one plot each)")
+    be.add_argument("--sweep-prompts", type=int, default=16, help="prompts per sweep point (default 16)")
     dl = sub.add_parser("download", help="fetch a family's weights into the Hugging Face cache (tar)")
     dl.add_argument("family", choices=["tar"])
     dl.add_argument("--llm", choices=["1.5b", "7b"], default="1.5b", help="Tar-1.5B or Tar-7B (default 1.5b)")
@@ -78,6 +88,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--res", type=int, choices=[512, 1024], default=512, help="AR-DTok target: 512 px (r=2) or 1024 px (r=4)"
     )
     return parser
+
+
+def _bench_labels() -> list[str]:
+    from mulo.eval.bench import SPECS
+
+    return list(SPECS)
+
+
+def cmd_bench(args) -> int:
+    from mulo.families import check_available
+
+    check_available(args.family)
+
+    from mulo.engine import Engine
+    from mulo.eval import bench
+    from mulo.families import load_family
+
+    labels = args.methods.split(",") if args.methods else None
+    unknown = sorted(set(labels or []) - set(bench.SPECS))
+    if unknown:
+        raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(bench.SPECS)}")
+    if args.prompts is not None and args.prompts < 1:
+        raise ValueError(f"--prompts must be at least 1 (got {args.prompts})")
+    engine = Engine(load_family(args.family, args.device))
+    result = bench.run(engine, quick=args.quick, n_prompts=args.prompts, labels=labels)
+    bench.save(result, args.out, args.json)
+    print(bench.markdown(result))
+    if args.sweeps:
+        from mulo.eval import sweeps
+
+        sweeps.run_all(engine, args.sweep_prompts, args.out)
+    return 0
 
 
 def cmd_download(args) -> int:
@@ -146,7 +188,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate, "train": cmd_train, "download": cmd_download}[args.command](args)
+        return {"generate": cmd_generate, "train": cmd_train, "download": cmd_download, "bench": cmd_bench}[
+            args.command
+        ](args)
     except (ValueError, FileNotFoundError, DownloadError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -75,6 +75,9 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):
     assert "CC-BY 4.0" in card and "samples_ar.png" in card
     metrics = json.loads((assets / "metrics.json").read_text())
     assert set(metrics["methods"]) == {"ar", "mulo-r2", "mulo-r4"}
+    reference = np.load(assets / "eval_reference.npz")  # the metrics' inputs, shipped: no data set needed
+    assert reference["features"].shape[0] == len(reference["keys"]) == metrics["prompts"]
+    assert set(reference["keys"]) <= set(reference["text_keys"])
     # Resuming a finished run does nothing and keeps the report.
     again = twemoji.run(tmp_path / "run", assets, smoke=True, only=["target"])
     assert again["target"] == report["target"]

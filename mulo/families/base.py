@@ -40,6 +40,7 @@ class Family:
         self.conditioner = conditioner
         self.upsamplers = {r: m.eval() for r, m in (upsamplers or {}).items()}
         self.defaults = dict(defaults or {})  # recommended knob values for this family
+        self.assets = None  # the folder the weights came from, when it holds evaluation files
         self._neighbours = NeighbourTable(vq.codebook)
         self._pixel = {}
 

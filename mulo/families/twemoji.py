@@ -76,7 +76,7 @@ def build(folder: str | Path = ASSETS) -> Family:
         upsamplers[r] = TokenUpsampler(**config)
         upsamplers[r].load_state_dict(state)
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
-    return Family(
+    family = Family(
         "twemoji",
         _gpt(folder, "target"),
         {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
@@ -86,3 +86,5 @@ def build(folder: str | Path = ASSETS) -> Family:
         upsamplers=upsamplers,
         defaults=defaults,
     )
+    family.assets = folder  # evaluation files live beside the weights (mulo.eval.quality)
+    return family

@@ -119,6 +119,15 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
     grid_images = [engine.generate(p, "mulo", seed + i).image for i, p in enumerate(sample_prompts)]
     samples_grid(grid_images, sample_prompts).save(out / "samples_mulo.png")
     (out / "eval_prompts.json").write_text(json.dumps([{"key": k, "prompt": n} for k, n in prompts], indent=0))
+    # What the quality metrics need at inference, without the data set: the real images' features
+    # of the prompted emoji and the retrieval texts (benchmark, app).
+    np.savez_compressed(
+        out / "eval_reference.npz",
+        keys=np.array([k for k, _ in prompts]),
+        features=real_feats.astype(np.float32),
+        text_names=np.array(texts),
+        text_keys=np.array(text_keys),
+    )
     return {"prompts": len(prompts), "seed": seed, "config": engine.make_config(None).to_dict(), "methods": results}
 
 
@@ -177,7 +186,8 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
 
 - **mini-CLIP** (`clip`): word-level text transformer (2 layers, width 128, up to 16 words) and a
   4-stage image CNN, trained contrastively (symmetric InfoNCE, same-emoji pairs all positive). Its
-  per-word text features (16 x 128, padding zeroed) condition every AR model; its image features are
+  contrastive text embedding followed by its per-word features, each scaled to unit RMS (17 x 128,
+  padding slots zero like the null condition), condition every AR model; its image features are
   the space of the FD and adherence metrics. Unknown prompt words are reported; a prompt with no
   known word is an error.
 - **VQ tokenizer** (`vq`): `diffusers.VQModel`, channels {tuple(vq["block_out_channels"])}, 4x downsampling,
@@ -190,7 +200,8 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   guidance, text augmentation (the emoji's name with probability {recipe["name_text_prob"]}, else its full
   description), noisy teacher forcing against exposure bias ({budget["input_noise"]:.0%} of the input tokens
   replaced by random codes from {budget["input_noise_from"]:.0%} of each stage's steps on; the loss
-  still asks for the clean next token).
+  still asks for the clean next token). Batches draw every emoji equally often, its skin-tone
+  variants sharing its weight; bf16 autocast where the hardware supports it.
 - **Same-grid draft model** (`draft_model`, 16x16, width {small["dim"]}, {small["n_layer"]} layers) for
   the token-level baselines `sd` and `lantern`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle

@@ -1,0 +1,256 @@
+"""``python -m mulo bench``: the paper's speed/quality table on our models, measured side by side.
+
+Every method runs the same prompts with the same seeds in one process, interleaved: after a
+warm-up pass, each prompt runs every method, the order rotating from prompt to prompt, so drift
+of the machine (clock, cache, other load) hits all methods alike. Speed-up is the median over
+requests of (AR latency / method latency) on the same request; NFE and acceptance come from the
+traces; quality is the family's own metrics (twemoji: FD and adherence in mini-CLIP space).
+
+Ideal bound of a method: what it would cost if every draft were accepted, i.e. its drafting time
+plus one verification pass of the target over the whole grid (CFG batch). The table reports the
+speed-up that bound allows and the fraction of it the method reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mulo.engine import Engine, versions
+from mulo.eval.quality import Quality
+
+# label -> (method, knobs on top of the family's defaults). v1 = raster resampling, sequential
+# drafting; v2 = island resampling and ZipAR-parallel drafting (the paper's two versions).
+SPECS: dict[str, tuple[str, dict]] = {
+    "ar": ("ar", {}),
+    "zipar": ("zipar", {}),
+    "sjd": ("sjd", {}),
+    "sd": ("sd", {}),
+    "lantern": ("lantern", {}),
+    "mulo-v1-r2": ("mulo", {"r": 2, "resampling": "raster", "drafting": "sequential"}),
+    "mulo-v2-r2": ("mulo", {"r": 2, "resampling": "islands", "drafting": "zipar"}),
+    "mulo-v1-r4": ("mulo", {"r": 4, "resampling": "raster", "drafting": "sequential"}),
+    "mulo-v2-r4": ("mulo", {"r": 4, "resampling": "islands", "drafting": "zipar"}),
+}
+QUICK_LABELS = ["ar", "zipar", "sjd", "sd", "lantern", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
+FALLBACK_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "sun", "ghost", "banana"]
+DRAFT_PHASES = ("drafter", "upsample", "downsample")
+
+
+@dataclass
+class Request:
+    latency: float
+    nfe_target: int
+    nfe_drafter: int
+    acceptance: float | None
+    reopened: float
+    rounds: int
+    draft_s: float
+    image: np.ndarray = field(repr=False)
+
+
+def runnable(engine: Engine, label: str, overrides: dict | None = None) -> str | None:
+    """None if the family can run ``label`` (with ``overrides``), else why not."""
+    method, knobs = SPECS[label]
+    try:
+        engine.check("red apple", method, 0, {**knobs, **(overrides or {})})
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict | None = None) -> Request:
+    method, knobs = SPECS[label]
+    result = engine.generate(prompt, method, seed, {**knobs, **(overrides or {})})
+    s = result.trace.summary()
+    return Request(
+        latency=s["latency_s"],
+        nfe_target=s["nfe"]["target"],
+        nfe_drafter=s["nfe"]["drafter"],
+        acceptance=s["acceptance_rate"],
+        reopened=s["reopened_fraction"],
+        rounds=s["rounds"],
+        draft_s=sum(s["timings_s"].get(p, 0.0) for p in DRAFT_PHASES),
+        image=result.image,
+    )
+
+
+@torch.no_grad()
+def verification_pass_seconds(engine: Engine, repeats: int = 5) -> float:
+    """Median time of one target pass over the whole grid with the CFG batch (every token accepted)."""
+    fam = engine.family
+    cond = fam.condition("red apple" if fam.name == "twemoji" else "a red apple", 0)[None]
+    h, w = fam.grid
+    tokens = torch.zeros(2, h * w - 1, dtype=torch.long, device=fam.device)
+    both = torch.cat([cond, fam.target.null_condition(cond)])
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        fam.target(tokens, both)
+        if fam.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str], quality: Quality | None, warmup=1):
+    """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)]; returns {label: row}."""
+    for label in labels:  # warm-up: allocator, caches, lazily built tables
+        for i in range(warmup):
+            measure(engine, label, prompts[i % len(prompts)][1], 10_000 + i)
+    records: dict[str, list[Request]] = {label: [] for label in labels}
+    for i, (_, prompt) in enumerate(prompts):
+        shift = i % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            records[label].append(measure(engine, label, prompt, seed=i))
+    one_pass = verification_pass_seconds(engine)
+    ar = records.get("ar")
+    keys = [key for key, _ in prompts]
+    rows = {label: summarise(recs, ar, one_pass, quality, keys, ideal=label != "ar") for label, recs in records.items()}
+    return rows, one_pass
+
+
+def summarise(recs: list[Request], ar: list[Request] | None, one_pass: float, quality, keys, ideal=True) -> dict:
+    lat = [r.latency for r in recs]
+    row = {
+        "latency_s": statistics.median(lat),
+        "speedup": statistics.median(a.latency / r.latency for a, r in zip(ar, recs, strict=True)) if ar else None,
+        "nfe": {
+            "target": float(np.mean([r.nfe_target for r in recs])),
+            "drafter": float(np.mean([r.nfe_drafter for r in recs])),
+        },
+        "acceptance": _mean([r.acceptance for r in recs]),
+        "reopened": float(np.mean([r.reopened for r in recs])),
+        "rounds": float(np.mean([r.rounds for r in recs])),
+        "fd": None,
+        "adherence": None,
+    }
+    if ideal and ar:  # every draft accepted: drafting time plus one verification pass
+        bound = statistics.median(r.draft_s for r in recs) + one_pass
+        row["ideal_speedup"] = statistics.median(a.latency for a in ar) / bound
+        row["fraction_of_ideal"] = bound / row["latency_s"]
+    if quality is not None:
+        row.update(quality.score(np.stack([r.image for r in recs]), keys))
+    return row
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def environment(engine: Engine) -> dict:
+    fam = engine.family
+    return {
+        "family": fam.name,
+        "device": str(fam.device) if fam.device.type != "cuda" else torch.cuda.get_device_name(fam.device),
+        "dtype": str(next(fam.target.parameters()).dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
+        "batch_size": 1,
+        "cpu": platform.processor() or platform.machine(),
+        "versions": versions(),
+        "defaults": engine.make_config(None).to_dict(),
+    }
+
+
+def markdown(result: dict) -> str:
+    env = result["environment"]
+    head = (
+        f"Family `{env['family']}` on {env['device']} ({env['dtype']}, {env['threads']} threads, batch 1), "
+        f"{result['prompts']} prompts x 1 seed each, methods interleaved after warm-up; "
+        f"one full verification pass = {result['verification_pass_s'] * 1000:.1f} ms.\n\n"
+    )
+    cols = "| method | latency s (median) | speed-up | NFE target | NFE drafter | acceptance | re-opened | rounds "
+    cols += "| FD | adherence | ideal speed-up | of ideal |\n|" + "---|" * 12 + "\n"
+    lines = []
+    for label, row in result["methods"].items():
+        cells = [
+            f"{row['latency_s']:.3f}",
+            _fmt(row["speedup"], "{:.2f}x"),
+            f"{row['nfe']['target']:.1f}",
+            f"{row['nfe']['drafter']:.1f}",
+            _fmt(row["acceptance"], "{:.3f}"),
+            f"{row['reopened']:.3f}",
+            f"{row['rounds']:.1f}",
+            _fmt(row["fd"], "{:.3f}"),
+            _fmt(row["adherence"], "{:.3f}"),
+            _fmt(row.get("ideal_speedup"), "{:.2f}x"),
+            _fmt(row.get("fraction_of_ideal"), "{:.0%}"),
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    skipped = "".join(f"\n- `{k}` not run: {v}" for k, v in result.get("skipped", {}).items())
+    return head + cols + "\n".join(lines) + "\n" + skipped
+
+
+def _fmt(value, pattern: str) -> str:
+    return "" if value is None else pattern.format(value)
+
+
+def table_figure(result: dict):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["methods"]
+    labels = list(rows)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), dpi=150)
+    speed = [rows[k]["speedup"] or 0 for k in labels]
+    left.barh(labels, speed, color=["#64748b" if k == "ar" else "#2563eb" for k in labels])
+    left.axvline(1, color="black", lw=0.8)
+    left.set_xlabel("speed-up over AR (median of per-request ratios)")
+    left.invert_yaxis()
+    for label in labels:
+        if rows[label]["adherence"] is not None:
+            right.scatter(rows[label]["speedup"] or 0, rows[label]["adherence"], s=30)
+            right.annotate(label, (rows[label]["speedup"] or 0, rows[label]["adherence"]), fontsize=7)
+    right.set_xlabel("speed-up")
+    right.set_ylabel("adherence (higher is better)")
+    fig.suptitle(f"{result['environment']['family']} on {result['environment']['device']}")
+    fig.tight_layout()
+    return fig
+
+
+def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, labels: list[str] | None = None) -> dict:
+    quality = Quality.for_family(engine.family)
+    prompts = prompt_pool(quality)[: n_prompts or (3 if quick else 48)]
+    wanted = labels or (QUICK_LABELS if quick else list(SPECS))
+    skipped = {label: why for label in wanted if (why := runnable(engine, label))}
+    labels = [label for label in wanted if label not in skipped]
+    if "ar" not in labels:
+        raise ValueError("the benchmark needs the ar baseline")
+    start = time.perf_counter()
+    rows, one_pass = run_table(engine, prompts, labels, quality, warmup=1)
+    return {
+        "methods": rows,
+        "skipped": skipped,
+        "prompts": len(prompts),
+        "prompt_list": [p for _, p in prompts],
+        "verification_pass_s": one_pass,
+        "wall_s": time.perf_counter() - start,
+        "environment": environment(engine),
+        **{k: v for k, v in environment(engine).items() if k in ("device", "dtype", "threads", "versions")},
+    }
+
+
+def prompt_pool(quality: Quality | None) -> list[tuple[str, str]]:
+    """(key, prompt) pairs: the family's fixed evaluation list, or a few generic prompts."""
+    return quality.prompts if quality else [(p, p) for p in FALLBACK_PROMPTS]
+
+
+def save(result: dict, out_dir: Path | None, json_path: Path | None) -> None:
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=1))
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "table.json").write_text(json.dumps(result, indent=1))
+        (out_dir / "table.md").write_text(markdown(result))
+        table_figure(result).savefig(out_dir / "table.png", bbox_inches="tight")

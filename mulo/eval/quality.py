@@ -1,0 +1,48 @@
+"""A family's quality metrics at inference time, with no data set: FD and prompt adherence.
+
+``twemoji`` ships what they need next to its weights: ``eval_prompts.json`` (the fixed prompt
+list, one base emoji each) and ``eval_reference.npz`` (mini-CLIP features of the real image of
+every prompted emoji, and the names and keys of all 3,786 images for retrieval). Families without
+these files (toy, tar) have no quality metrics; the benchmark then reports speed only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mulo.eval.metrics import adherence, frechet_distance, image_features
+
+
+class Quality:
+    def __init__(self, clip, folder: Path):
+        self.clip = clip
+        self.prompts: list[tuple[str, str]] = [
+            (e["key"], e["prompt"]) for e in json.loads((folder / "eval_prompts.json").read_text())
+        ]
+        ref = np.load(folder / "eval_reference.npz")
+        self.real = dict(zip(ref["keys"].tolist(), ref["features"], strict=True))
+        self.text_names, self.text_keys = ref["text_names"].tolist(), ref["text_keys"].tolist()
+        self.text_embeddings = clip.embed_texts(self.text_names)
+
+    @classmethod
+    def for_family(cls, family) -> Quality | None:
+        folder = getattr(family, "assets", None)
+        clip = getattr(family.conditioner, "clip", None)
+        if folder is None or clip is None or not (Path(folder) / "eval_reference.npz").exists():
+            return None
+        return cls(clip, Path(folder))
+
+    def score(self, images: np.ndarray, keys: list[str]) -> dict:
+        """``images [N, h, w, 3]`` uint8 generated for the emoji ``keys`` -> {"fd", "adherence"}.
+
+        FD compares against the real images of the same emoji (needs N >= 2; noisy for small N)."""
+        real = np.stack([self.real[k] for k in keys])
+        return {
+            "fd": frechet_distance(image_features(self.clip, images), real) if len(keys) >= 2 else None,
+            "adherence": adherence(
+                self.clip, images, keys, self.text_names, self.text_keys, text_embeddings=self.text_embeddings
+            ),
+        }

@@ -1,0 +1,83 @@
+"""The benchmark's mechanics on the toy family (random weights: speed-ups mean nothing here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mulo.engine import Engine
+from mulo.eval import bench, sweeps
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def result(toy):
+    return bench.run(Engine(toy), quick=True, n_prompts=2)
+
+
+def test_quick_table_has_every_label_and_the_contract_fields(result):
+    assert list(result["methods"]) == bench.QUICK_LABELS
+    for label, row in result["methods"].items():
+        assert {"speedup", "latency_s", "nfe", "acceptance", "fd", "adherence"} <= set(row), label
+        assert set(row["nfe"]) == {"target", "drafter"}
+    assert result["methods"]["ar"]["speedup"] == 1.0  # AR against itself, request by request
+    assert result["methods"]["ar"]["nfe"] == {"target": 64.0, "drafter": 0.0}
+    assert result["methods"]["mulo-v2-r4"]["nfe"]["drafter"] > 0
+    for key in ("device", "dtype", "threads", "versions"):
+        assert key in result
+    assert result["verification_pass_s"] > 0
+
+
+def test_ideal_bound_is_drafting_plus_one_pass(result):
+    row = result["methods"]["mulo-v2-r2"]
+    assert 0 < row["fraction_of_ideal"] and row["ideal_speedup"] > 0
+    assert "ideal_speedup" not in result["methods"]["ar"]
+
+
+def test_markdown_and_files(result, tmp_path):
+    bench.save(result, tmp_path / "out", tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["methods"].keys() == result["methods"].keys()
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert all(f"| {label} |" in table for label in bench.QUICK_LABELS)
+    assert (tmp_path / "out" / "table.png").stat().st_size > 10_000
+
+
+def test_family_without_a_method_skips_it_with_the_reason(toy):
+    engine = Engine(toy)
+    draft_model, toy.draft_model = toy.draft_model, None
+    try:
+        assert "draft model" in bench.runnable(engine, "sd")
+        out = bench.run(engine, n_prompts=1, labels=["ar", "sd", "mulo-v2-r2"])
+    finally:
+        toy.draft_model = draft_model
+    assert "sd" in out["skipped"] and "sd" not in out["methods"]
+
+
+def test_sweep_points_cover_the_ablations_and_run(toy, tmp_path):
+    names = set(sweeps.sweep_points())
+    assert names == {"tau", "pooling", "rejection", "resampling", "upsampler", "rows_per_block"}
+    rows = sweeps.run_all(Engine(toy), n_prompts=1, out_dir=tmp_path, names=["rejection"])["rejection"]
+    assert [r["point"] for r in rows] == ["raster", "local l=0", "local l=1", "local l=2", "local l=3"]
+    # Raster rejection re-opens everything after the first rejection: never less than local l=0.
+    assert rows[0]["reopened"] >= rows[1]["reopened"]
+    assert (tmp_path / "sweep_rejection.png").exists()
+
+
+def test_cli_rejects_unknown_labels_in_one_line():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mulo", "bench", "--family", "toy", "--methods", "ar,eagle"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "unknown method label(s) eagle" in proc.stderr
