@@ -115,10 +115,13 @@ def cmd_bench(args) -> int:
     result = bench.run(engine, quick=args.quick, n_prompts=args.prompts, labels=labels)
     bench.save(result, args.out, args.json)
     print(bench.markdown(result))
+    sweep_results = None
     if args.sweeps:
         from mulo.eval import sweeps
 
-        sweeps.run_all(engine, args.sweep_prompts, args.out)
+        sweep_results = sweeps.run_all(engine, args.sweep_prompts, args.out)
+    if args.out:
+        bench.write_results(args.out, result, sweep_results, "python -m mulo " + " ".join(sys.argv[1:]))
     return 0
 
 

@@ -254,3 +254,56 @@ def save(result: dict, out_dir: Path | None, json_path: Path | None) -> None:
         (out_dir / "table.json").write_text(json.dumps(result, indent=1))
         (out_dir / "table.md").write_text(markdown(result))
         table_figure(result).savefig(out_dir / "table.png", bbox_inches="tight")
+
+
+# The issue's goals on twemoji (CPU): speed-up at equal quality.
+GOALS = {"mulo-v2-r2": 2.5, "mulo-v2-r4": 3.0}
+QUALITY_TOLERANCE = {"fd": 0.10, "adherence": 0.03}  # FD within 10 % of AR's, adherence within 3 points
+
+
+def goal_lines(result: dict) -> list[str]:
+    rows, ar = result["methods"], result["methods"].get("ar", {})
+    out = []
+    for label, target in GOALS.items():
+        row = rows.get(label)
+        if row is None or row["speedup"] is None:
+            continue
+        fast = row["speedup"] >= target
+        same = [
+            f"{m} {row[m]:.3f} vs AR {ar[m]:.3f}"
+            for m in ("fd", "adherence")
+            if row.get(m) is not None and ar.get(m) is not None
+        ]
+        fd_ok = row.get("fd") is None or row["fd"] <= ar["fd"] * (1 + QUALITY_TOLERANCE["fd"])
+        adh_ok = row.get("adherence") is None or row["adherence"] >= ar["adherence"] - QUALITY_TOLERANCE["adherence"]
+        verdict = "met" if fast and fd_ok and adh_ok else "NOT met"
+        quality = f", {', '.join(same)}" if same else " (no quality metrics for this family)"
+        out.append(f"- `{label}`: {row['speedup']:.2f}x (goal {target}x){quality}: **{verdict}**")
+    return out
+
+
+def write_results(out_dir: Path, result: dict, sweep_results: dict | None, command: str) -> None:
+    """benchmarks/RESULTS.md: the table, the goals, the sweeps and their plots."""
+    parts = [
+        "# Benchmark results\n",
+        f"Reproduce with `{command}` (wall time of this run: {result['wall_s'] / 60:.1f} min for the table).\n",
+        "## Table\n",
+        markdown(result),
+        "\n![table](table.png)\n",
+        "## Goals\n",
+        "\n".join(goal_lines(result)) or "(no goal labels in this run)",
+        "",
+    ]
+    for name, rows in (sweep_results or {}).items():
+        parts.append(f"\n## Sweep: {name}\n")
+        parts.append(
+            "| point | speed-up | target NFE | acceptance | re-opened | FD | adherence |\n|---|---|---|---|---|---|---|"
+        )
+        for r in rows:
+            parts.append(
+                f"| {r['point']} | {r['speedup']:.2f}x | {r['nfe_target']:.1f} | {r['acceptance']:.3f} | "
+                f"{r['reopened']:.3f} | {_fmt(r.get('fd'), '{:.3f}')} | {_fmt(r.get('adherence'), '{:.3f}')} |"
+            )
+        parts.append(f"\n![{name}](sweep_{name}.png)\n")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "RESULTS.md").write_text("\n".join(parts))
