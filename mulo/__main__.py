@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--out", type=Path, help="write table.json / table.md / table.png (and sweep plots) here")
     be.add_argument("--sweeps", action="store_true", help="also run the sweeps and ablations (one plot each)")
     be.add_argument("--sweep-prompts", type=int, default=16, help="prompts per sweep point (default 16)")
+    be.add_argument(
+        "--profile-ar-dtok",
+        action="store_true",
+        help="only profile a Tar-sized AR-DTok (random weights): one step vs one verification pass (GPU)",
+    )
     dl = sub.add_parser("download", help="fetch a family's weights into the Hugging Face cache (tar)")
     dl.add_argument("family", choices=["tar"])
     dl.add_argument("--llm", choices=["1.5b", "7b"], default="1.5b", help="Tar-1.5B or Tar-7B (default 1.5b)")
@@ -97,6 +102,8 @@ def _bench_labels() -> list[str]:
 
 
 def cmd_bench(args) -> int:
+    if args.profile_ar_dtok:
+        return cmd_profile(args)
     from mulo.families import check_available
 
     check_available(args.family)
@@ -122,6 +129,29 @@ def cmd_bench(args) -> int:
         sweep_results = sweeps.run_all(engine, args.sweep_prompts, args.out)
     if args.out:
         bench.write_results(args.out, result, sweep_results, "python -m mulo " + " ".join(sys.argv[1:]))
+    return 0
+
+
+def cmd_profile(args) -> int:
+    import torch
+
+    from mulo.eval.profile import profile
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda requested but no CUDA device is available")
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    rows = profile(device=args.device, dtype=dtype)
+    for r in rows:
+        print(
+            f"{r['side']}x{r['side']} tokens: step {r['step_s'] * 1000:.2f} ms, "
+            f"verification pass {r['verify_s'] * 1000:.2f} ms, ratio {r['ratio']:.1f}"
+        )
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        meta = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device}
+        (args.out / "ar_dtok_profile.json").write_text(
+            json.dumps({**meta, "dtype": str(dtype), "rows": rows}, indent=1)
+        )
     return 0
 
 

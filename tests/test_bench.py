@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from mulo.engine import Engine
 from mulo.eval import bench, sweeps
@@ -46,6 +47,11 @@ def test_markdown_and_files(result, tmp_path):
     table = (tmp_path / "out" / "table.md").read_text()
     assert all(f"| {label} |" in table for label in bench.QUICK_LABELS)
     assert (tmp_path / "out" / "table.png").stat().st_size > 10_000
+    sweep = {"pooling": [{"point": "k=0", "speedup": 1.5, "nfe_target": 40.0, "acceptance": 0.5, "reopened": 0.2}]}
+    bench.write_results(tmp_path / "out", result, sweep, "python -m mulo bench --quick")
+    text = (tmp_path / "out" / "RESULTS.md").read_text()
+    assert "`python -m mulo bench --quick`" in text and "## Goals" in text and "mulo-v2-r2" in text
+    assert "| k=0 | 1.50x | 40.0 | 0.500 | 0.200 |" in text and "sweep_pooling.png" in text
 
 
 def test_family_without_a_method_skips_it_with_the_reason(toy):
@@ -81,3 +87,13 @@ def test_cli_rejects_unknown_labels_in_one_line():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "unknown method label(s) eagle" in proc.stderr
+
+
+def test_ar_dtok_cost_profile_runs_on_tiny_shapes():
+    from mulo.eval.profile import profile
+
+    rows = profile(
+        "test-tiny", sides=(4, 8), device="cpu", dtype=torch.float32, repeats=2, cond_len=9, cond_dim=16, vocab=64
+    )
+    assert [r["tokens"] for r in rows] == [16, 64]
+    assert all(r["step_s"] > 0 and r["verify_s"] > 0 for r in rows)
