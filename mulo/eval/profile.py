@@ -35,46 +35,40 @@ def _timed(fn, device: torch.device, repeats: int) -> float:
 
 @torch.no_grad()
 def profile(preset="llama-abs-LP", sides=(32, 64), device="cuda", dtype=torch.bfloat16, repeats=5, **shape) -> list:
-    """[{side, step_s, verify_s, ratio}]: a step = 1 new token against a full KV cache; a
-    verification pass = every image token at once (the cache then holds the condition)."""
+    """[{side, tokens, step_s, verify_s, ratio}] for each grid side (Tar shapes unless overridden)."""
     device = torch.device(device)
-    cond_len, cond_dim, vocab = (
-        shape.get("cond_len", COND_LEN),
-        shape.get("cond_dim", COND_DIM),
-        shape.get("vocab", VOCAB),
-    )
+    shape = {"cond_len": COND_LEN, "cond_dim": COND_DIM, "vocab": VOCAB, **shape}
     rows = []
     for side in sides:
-        cfg = GPTConfig.preset(preset, vocab_size=vocab, max_seq_len=side * side, cond_len=cond_len, cond_dim=cond_dim)
-        model = GPT(cfg).to(device=device, dtype=dtype).eval()
-        n = side * side
-        cond = torch.randn(2, cond_len, cond_dim, device=device, dtype=dtype)
-        cache = KVCache(cfg, 2, device, dtype)
-        slots = torch.arange(cond_len, device=device)
-        model.forward_embeddings(
-            model.embed_condition(cond),
-            slots,
-            torch.ones(cond_len, cond_len, dtype=torch.bool, device=device).tril(),
-            cache,
+        step_s, verify_s = _profile_side(preset, side, device, dtype, repeats, **shape)
+        rows.append(
+            {"side": side, "tokens": side * side, "step_s": step_s, "verify_s": verify_s, "ratio": verify_s / step_s}
         )
-        tokens = torch.randint(vocab, (2, n - 1), device=device)
-        all_slots = torch.arange(cond_len, cond_len + n - 1, device=device)
-        width = cond_len + n - 1
-        verify_mask = torch.arange(width, device=device)[None, :] <= all_slots[:, None]
-
-        def verify():
-            model.forward_embeddings(model.embed_tokens(tokens), all_slots, verify_mask, cache)
-
-        verify()  # fills every slot, so the step below attends to a full-length cache
-        last = all_slots[-1:]
-        step_mask = torch.ones(1, width, dtype=torch.bool, device=device)
-
-        def step():
-            model.forward_embeddings(model.embed_tokens(tokens[:, -1:]), last, step_mask, cache)
-
-        step_s, verify_s = _timed(step, device, repeats), _timed(verify, device, repeats)
-        rows.append({"side": side, "tokens": n, "step_s": step_s, "verify_s": verify_s, "ratio": verify_s / step_s})
-        del model, cache
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+def _profile_side(preset, side, device, dtype, repeats, cond_len, cond_dim, vocab) -> tuple[float, float]:
+    """A step = 1 new token against a full KV cache; a verification pass = every image token at
+    once after the condition (CFG batch 2 for both)."""
+    n = side * side
+    cfg = GPTConfig.preset(preset, vocab_size=vocab, max_seq_len=n, cond_len=cond_len, cond_dim=cond_dim)
+    model = GPT(cfg).to(device=device, dtype=dtype).eval()
+    cache = KVCache(cfg, 2, device, dtype)
+    cond = torch.randn(2, cond_len, cond_dim, device=device, dtype=dtype)
+    prefix_mask = torch.ones(cond_len, cond_len, dtype=torch.bool, device=device).tril()
+    model.forward_embeddings(model.embed_condition(cond), torch.arange(cond_len, device=device), prefix_mask, cache)
+    tokens = torch.randint(vocab, (2, n - 1), device=device)
+    slots = torch.arange(cond_len, cond_len + n - 1, device=device)
+    verify_mask = torch.arange(cond_len + n - 1, device=device)[None, :] <= slots[:, None]
+    step_mask = torch.ones(1, cond_len + n - 1, dtype=torch.bool, device=device)
+
+    def verify():
+        model.forward_embeddings(model.embed_tokens(tokens), slots, verify_mask, cache)
+
+    def step():  # the last token, with every earlier slot written by the verification pass
+        model.forward_embeddings(model.embed_tokens(tokens[:, -1:]), slots[-1:], step_mask, cache)
+
+    verify_s = _timed(verify, device, repeats)
+    return _timed(step, device, repeats), verify_s
