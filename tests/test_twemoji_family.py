@@ -1,5 +1,6 @@
 """The shipped twemoji family (assets/twemoji): size limits, offline loading, behaviour."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import pytest
 
 from mulo.families import twemoji
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets" / "twemoji"
+REPO = Path(__file__).resolve().parents[1]
+ASSETS = REPO / "assets" / "twemoji"
 # Until the trained family is committed (issue 3) there is nothing to check here.
 pytestmark = pytest.mark.skipif(not (ASSETS / "target.safetensors").exists(), reason="assets/twemoji not trained yet")
 
@@ -58,7 +60,7 @@ def test_default_cli_generates_offline(tmp_path):
 # Issue 3 is open: the shipped weights (v0, CPU-trained) draw coloured blobs and MuLo-SD re-opens
 # almost everything at the default tau. These two checks are the issue's quality bar; strict xfail
 # makes them fail loudly the day better weights pass them, so the marks get removed.
-QUALITY_BAR = pytest.mark.xfail(strict=True, reason="issue 3 open: v0 twemoji weights are below the quality bar")
+QUALITY_BAR = pytest.mark.xfail(strict=True, reason="issue 3 open: v1 twemoji weights are below the quality bar")
 
 
 @QUALITY_BAR
@@ -100,3 +102,22 @@ def test_app_reports_prompts_with_no_known_word():
         list(app.generate("qwertyuiop zxcv", 0, "twemoji"))
     *_, state = list(app.generate("red apple zxcv", 0, "twemoji"))[-1]
     assert "unknown words ignored: zxcv" in state["views"]["MuLo-SD"].trace.warnings[0]
+
+
+def test_quick_benchmark_writes_the_contract(tmp_path):
+    """``python -m mulo bench --quick --json`` on the shipped family: every label, quality included."""
+    out = tmp_path / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mulo", "bench", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    labels = ["ar", "zipar", "sjd", "sd", "lantern", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
+    assert list(result["methods"]) == labels
+    for row in result["methods"].values():
+        assert row["fd"] is not None and 0 <= row["adherence"] <= 1 and row["latency_s"] > 0
+    assert result["device"] == "cpu" and result["threads"] >= 1
