@@ -220,7 +220,7 @@ def table_figure(result: dict):
 
 def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, labels: list[str] | None = None) -> dict:
     quality = Quality.for_family(engine.family)
-    prompts = prompt_pool(quality)[: n_prompts or (3 if quick else 48)]
+    prompts = prompt_pool(quality)[: n_prompts or (2 if quick else 48)]
     wanted = labels or (QUICK_LABELS if quick else list(SPECS))
     skipped = {label: why for label in wanted if (why := runnable(engine, label))}
     labels = [label for label in wanted if label not in skipped]
