@@ -10,8 +10,12 @@ from playwright.sync_api import Page, expect
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
-def decoded(page: Page, selector: str) -> bool:
-    return page.eval_on_selector(selector, "img => img.complete && img.naturalWidth > 0")
+def decoded(page: Page, selector: str, timeout: float = 30_000) -> bool:
+    """The image at ``selector`` finished loading and has pixels (waits: a new round swaps the
+    image source, and the browser decodes it a moment after it becomes visible)."""
+    script = "s => { const i = document.querySelector(s); return !!i && i.complete && i.naturalWidth > 0; }"
+    page.wait_for_function(script, arg=selector, timeout=timeout)
+    return True
 
 
 @pytest.mark.e2e
