@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -13,6 +17,15 @@ from mulo.methods.common import DecodeContext
 from mulo.models.gpt import GPT, GPTConfig, init_random_
 from mulo.sampling import cfg_combine, logits_to_probs
 from mulo.timing import PhaseTimer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m mulo ARGS`` from the repository root, with extra environment variables."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    cmd = [sys.executable, "-m", "mulo", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
 
 
 def tiny_gpt(seed: int, vocab: int, side: int, dim_preset: str = "test-tiny", std: float = 0.5) -> GPT:

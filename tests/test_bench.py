@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from mulo.engine import Engine
 from mulo.eval import bench, sweeps
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +71,7 @@ def test_sweep_points_cover_the_ablations_and_run(toy, tmp_path):
 
 
 def test_cli_rejects_unknown_labels_in_one_line():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mulo", "bench", "--family", "toy", "--methods", "ar,eagle"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = run_cli("bench", "--family", "toy", "--methods", "ar,eagle")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "unknown method label(s) eagle" in proc.stderr

@@ -1,18 +1,13 @@
 """``python -m mulo generate`` on the toy family: outputs, and one-line errors."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from PIL import Image
 
 from mulo.config import METHODS
 from mulo.trace import validate
-
-
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "mulo", *args], capture_output=True, text=True, timeout=120)
+from tests.helpers import run_cli as run
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,9 +15,8 @@ from mulo.families.base import Family
 from mulo.models.ar_dtok import load_ar_dtok
 from mulo.models.ta_tok import load_ta_tok
 from mulo.models.vq16 import load_vq16
+from tests.helpers import run_cli
 from tests.tar_tiny import N_CODES, write_tiny_tar
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -126,16 +122,13 @@ def test_missing_weights_name_every_file_and_the_command(tmp_path, monkeypatch):
     assert "python -m mulo download tar --llm 7b --res 1024" in message
 
 
+def offline_cache(folder) -> dict:
+    return {"HF_HUB_CACHE": str(folder), "HF_HUB_OFFLINE": "1"}
+
+
 def test_cli_without_weights_fails_fast_with_one_line(tmp_path):
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "mulo", "generate", "--family", "tar", "--prompt", "a red apple"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    proc = run_cli("generate", "--family", "tar", "--prompt", "a red apple", env=offline_cache(tmp_path))
     elapsed = time.perf_counter() - start
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
@@ -145,14 +138,7 @@ def test_cli_without_weights_fails_fast_with_one_line(tmp_path):
 
 
 def test_download_without_network_is_one_clear_line(tmp_path):
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mulo", "download", "tar", "--llm", "7b", "--res", "1024"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    proc = run_cli("download", "tar", "--llm", "7b", "--res", "1024", env=offline_cache(tmp_path))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: downloading tar-7b-1024 from the Hugging Face Hub failed")

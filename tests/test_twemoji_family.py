@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mulo.families import twemoji
+from tests.helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "assets" / "twemoji"
@@ -107,13 +108,7 @@ def test_app_reports_prompts_with_no_known_word():
 def test_quick_benchmark_writes_the_contract(tmp_path):
     """``python -m mulo bench --quick --json`` on the shipped family: every label, quality included."""
     out = tmp_path / "quick.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "mulo", "bench", "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
+    proc = run_cli("bench", "--quick", "--json", out, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     labels = ["ar", "zipar", "sjd", "sd", "lantern", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]

@@ -83,10 +83,10 @@ def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict 
 
 
 @torch.no_grad()
-def verification_pass_seconds(engine: Engine, repeats: int = 5) -> float:
+def verification_pass_seconds(engine: Engine, prompt: str, repeats: int = 5) -> float:
     """Median time of one target pass over the whole grid with the CFG batch (every token accepted)."""
     fam = engine.family
-    cond = fam.condition("red apple" if fam.name == "twemoji" else "a red apple", 0)[None]
+    cond = fam.condition(prompt, 0)[None]
     h, w = fam.grid
     tokens = torch.zeros(2, h * w - 1, dtype=torch.long, device=fam.device)
     both = torch.cat([cond, fam.target.null_condition(cond)])
@@ -110,7 +110,7 @@ def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str],
         shift = i % len(labels)
         for label in labels[shift:] + labels[:shift]:
             records[label].append(measure(engine, label, prompt, seed=i))
-    one_pass = verification_pass_seconds(engine)
+    one_pass = verification_pass_seconds(engine, prompts[0][1])
     ar = records.get("ar")
     keys = [key for key, _ in prompts]
     rows = {label: summarise(recs, ar, one_pass, quality, keys, ideal=label != "ar") for label, recs in records.items()}
@@ -228,6 +228,7 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
         raise ValueError("the benchmark needs the ar baseline")
     start = time.perf_counter()
     rows, one_pass = run_table(engine, prompts, labels, quality, warmup=1)
+    env = environment(engine)
     return {
         "methods": rows,
         "skipped": skipped,
@@ -235,8 +236,8 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
         "prompt_list": [p for _, p in prompts],
         "verification_pass_s": one_pass,
         "wall_s": time.perf_counter() - start,
-        "environment": environment(engine),
-        **{k: v for k, v in environment(engine).items() if k in ("device", "dtype", "threads", "versions")},
+        "environment": env,
+        **{k: env[k] for k in ("device", "dtype", "threads", "versions")},
     }
 
 

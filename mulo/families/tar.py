@@ -26,8 +26,6 @@ VQ_REPO, VQ_FILE = "peizesun/llamagen_t2i", "vq_ds16_t2i.pt"
 LLM_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.jinja", "tokenizer*", "merges.txt", "vocab.json"]
 DRAFTER_RES = 256
 RATIOS = {512: 2, 1024: 4}
-# Download sizes (GB), for the messages and the README: LLM bf16 safetensors, AR-DTok LP fp32 pickles.
-SIZES_GB = {"1.5b": 3.1, "7b": 15.2, "ar_dtok": 2.5, "ta_tok": 2.2, "vq": 0.3}
 DEFAULTS = {"cfg": 4.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "tau": 0.1, "k": 8, "radius": 1}
 
 
@@ -100,7 +98,7 @@ def locate(variant: Variant) -> Paths:
             try:
                 found[repo] = Path(snapshot_download(repo, allow_patterns=LLM_PATTERNS, local_files_only=True))
             except Exception:  # noqa: BLE001 - any cache miss (no snapshot, partial snapshot)
-                missing.append(f"{repo} (LLM repository, about {SIZES_GB[variant.llm]} GB)")
+                missing.append(f"{repo} (LLM repository)")
             continue
         path = try_to_load_from_cache(repo, filename)
         if isinstance(path, str) and Path(path).exists():
