@@ -31,7 +31,7 @@ class GenerationConfig:
     # -- MuLo-SD ----------------------------------------------------------------------------------
     r: int = 2  # resolution ratio target/drafter (a drafter for it must exist)
     tau: float = 0.1  # accept a draft token iff its pooled target probability >= tau (> 1: reject all)
-    k: int = 8  # codebook neighbours pooled with the draft token (0 = draft token only); LANTERN's k too
+    k: int = 8  # codebook neighbours pooled with the draft token (0 = draft token only)
     radius: int = 1  # re-open the (2l+1)^2 square around each rejection (never before t0)
     rows_per_block: int = 0  # low-res rows drafted per round; 0 = auto (1 sequential, all rows zipar)
     drafting: str = "sequential"  # low-res drafting: sequential, or ZipAR-parallel (draft_window)
@@ -45,6 +45,7 @@ class GenerationConfig:
     sjd_window: int = 16  # SJD: Jacobi window length L
     draft_len: int = 4  # SD/LANTERN: draft tokens per verification (gamma)
     delta: float = 0.4  # LANTERN: total-variation budget of the pooled neighbours (> 1: LANTERN++ ratio)
+    lantern_k: int = 8  # LANTERN: codebook neighbours of the draft token it may pool (its own k, not MuLo-SD's)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,6 +91,7 @@ def validate(cfg: GenerationConfig, *, vocab_size: int, ratios: tuple[int, ...] 
     )
     _number("tau", cfg.tau, 0)
     _number("k", cfg.k, 0, vocab_size - 1, integer=True)
+    _number("lantern_k", cfg.lantern_k, 0, vocab_size - 1, integer=True)
     _number("radius", cfg.radius, 0, 64, integer=True)
     _number("rows_per_block", cfg.rows_per_block, 0, 4096, integer=True)
     _check(cfg.drafting in DRAFTING, f"drafting must be one of {', '.join(DRAFTING)} (got {cfg.drafting!r})")

@@ -196,3 +196,13 @@ def test_family_copy_is_independent():
     other = copy.copy(fam)
     other.draft_model = None
     assert fam.draft_model is not None
+
+
+def test_lantern_has_its_own_neighbourhood(engine):
+    """LANTERN pools ``lantern_k`` neighbours, not MuLo-SD's ``k`` (a family may switch MuLo-SD's
+    pooling off without turning LANTERN into plain SD); with no neighbours it is exactly SD."""
+    lantern = {k: tokens(engine, "lantern", k=k).tokens for k in (0, 32)}
+    assert torch.equal(lantern[0], lantern[32])
+    sd = tokens(engine, "sd").tokens
+    assert torch.equal(tokens(engine, "lantern", lantern_k=0).tokens, sd)
+    assert not torch.equal(tokens(engine, "lantern", lantern_k=32, delta=2.0).tokens, sd)

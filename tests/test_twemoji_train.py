@@ -74,7 +74,8 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):
     card = (assets / "MODEL_CARD.md").read_text()
     assert "CC-BY 4.0" in card and "samples_ar.png" in card
     metrics = json.loads((assets / "metrics.json").read_text())
-    assert set(metrics["methods"]) == {"ar", "mulo-r2", "mulo-r4"}
+    assert set(metrics["methods"]) == {"ar", "mulo-r2", "mulo-r4", "real images", "VQ reconstructions"}
+    assert metrics["methods"]["real images"]["fd"] == 0 and metrics["methods"]["VQ reconstructions"]["fd"] > 0
     reference = np.load(assets / "eval_reference.npz")  # the metrics' inputs, shipped: no data set needed
     assert reference["features"].shape[0] == len(reference["keys"]) == metrics["prompts"]
     assert set(reference["keys"]) <= set(reference["text_keys"])

@@ -27,7 +27,7 @@ def sweep_points() -> dict[str, list[tuple[str, str, dict]]]:
     return {
         "tau": [(f"{label} τ={t}", label, {"tau": t}) for label in ("mulo-v2-r2", "mulo-v2-r4") for t in TAUS]
         + [(f"lantern δ={d}", "lantern", {"delta": d}) for d in DELTAS],
-        "pooling": [(f"k={k}", "mulo-v2-r2", {"k": k}) for k in (0, 8, 32)],
+        "pooling": [(f"k={k}", "mulo-v2-r2", {"k": k}) for k in (0, 8, 32, 128)],
         "rejection": [("raster", "mulo-v2-r2", {"radius": raster_rejection})]
         + [(f"local l={r}", "mulo-v2-r2", {"radius": r}) for r in (0, 1, 2, 3)],
         "resampling": [("sequential (v1)", "mulo-v2-r2", {"resampling": "raster"}), ("islands (v2)", "mulo-v2-r2", {})],

@@ -43,7 +43,7 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
     n_total = height * width
     target = ctx.runner(fam.target, "target")
     drafter = ctx.runner(fam.draft_model, "drafter")
-    neighbours = fam.neighbours(cfg.k).cpu() if relaxed else None
+    neighbours = fam.neighbours(cfg.lantern_k).cpu() if relaxed else None
     with ctx.phase("verify"):
         target.prefill()
     with ctx.phase("drafter"):
