@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mulo.eval.metrics import frechet_distance
+from mulo.eval.metrics import acceptance_by_detail, frechet_distance
 from mulo.models.text import MiniCLIP, WordTokenizer
 from mulo.train import data as data_mod
 
@@ -58,6 +58,20 @@ def test_frechet_distance():
     assert frechet_distance(a, c) == pytest.approx(3 * (2 - 1) ** 2, rel=0.1)  # Tr((sqrt(S1)-sqrt(S2))^2)
     with pytest.raises(ValueError, match="at least two"):
         frechet_distance(a[:1], a)
+
+
+def test_acceptance_by_detail_splits_flat_and_detailed_tokens():
+    """A 2x2 token grid over an 8 px image: the left column flat white, the right column noisy."""
+    from types import SimpleNamespace
+
+    image = np.full((8, 8, 3), 255, np.uint8)
+    image[:, 4:] = np.random.default_rng(0).integers(0, 256, (8, 4, 3))
+    first = SimpleNamespace(draft=np.array([[5, 5], [5, -1]]), accepted=np.array([[1, 0], [1, 0]]))
+    second = SimpleNamespace(draft=np.array([[-1, -1], [-1, 5]]), accepted=np.array([[0, 0], [0, 1]]))
+    flat, detail = acceptance_by_detail(image, [first, second])
+    assert (flat, detail) == (1.0, 0.5)  # flat: both drafts accepted; detail: 1 of 2 (over two rounds)
+    nothing = SimpleNamespace(draft=np.full((2, 2), -1), accepted=np.zeros((2, 2)))
+    assert acceptance_by_detail(image, [nothing]) == (None, None)
 
 
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):

@@ -54,3 +54,23 @@ def adherence(
     best = (img @ txt.T).topk(top, dim=-1).indices.cpu().tolist()
     hits = [any(text_keys[j] == key for j in row) for row, key in zip(best, prompt_keys, strict=True)]
     return float(np.mean(hits))
+
+
+def acceptance_by_detail(image: np.ndarray, rounds, flat_std: float = 0.02) -> tuple[float | None, float | None]:
+    """Acceptance rate of the draft tokens over flat and over detailed tokens of the final image.
+
+    A token is flat when the pixels it covers in ``image`` (``[h, w, 3]`` uint8) have a standard
+    deviation under ``flat_std`` (mean over channels). ``rounds`` are a trace's rounds; a side
+    with no draft token gives None. What MuLo-SD should show: flat regions accepted more often.
+    """
+    accepted = sum(np.asarray(r.accepted, float) for r in rounds)
+    proposed = sum((np.asarray(r.draft) >= 0).astype(float) for r in rounds)
+    grid_h, grid_w = proposed.shape
+    h, w = image.shape[:2]
+    patches = (image.astype(float) / 255).reshape(grid_h, h // grid_h, grid_w, w // grid_w, -1)
+    flat = patches.std(axis=(1, 3)).mean(-1) < flat_std
+    rates = []
+    for region in (flat, ~flat):
+        drafted = proposed[region].sum()
+        rates.append(float(accepted[region].sum() / drafted) if drafted else None)
+    return rates[0], rates[1]

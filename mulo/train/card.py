@@ -14,7 +14,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from mulo.engine import Engine
-from mulo.eval.metrics import adherence, frechet_distance, image_features
+from mulo.eval.metrics import acceptance_by_detail, adherence, frechet_distance, image_features
 from mulo.train.data import EmojiData
 
 SAMPLE_PROMPTS = [
@@ -80,13 +80,14 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
     real_idx = [data.keys.index(key) for key in keys]
     real_feats = image_features(clip, data.images[real_idx])
     for label, (method, knobs) in methods.items():
-        images, rounds, summaries = [], [], []
+        images, rounds, summaries, by_detail = [], [], [], []
         start = time.perf_counter()
         for i, (_, name) in enumerate(prompts):
             res = engine.generate(name, method, seed + i, knobs)
             images.append(res.image)
             summaries.append(res.trace.summary())
             if method == "mulo":
+                by_detail.append(acceptance_by_detail(res.image, res.trace.rounds))
                 rounds.append(
                     [
                         (float(r.accepted.sum() / max(1, r.proposed)), float(r.reopened.sum() / max(1, r.proposed)))
@@ -106,6 +107,9 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
             per_round = np.array(rounds)  # [prompts, rounds, 2]
             entry["acceptance_rate"] = round(float(np.mean([s["acceptance_rate"] for s in summaries])), 4)
             entry["reopened_fraction"] = round(float(np.mean([s["reopened_fraction"] for s in summaries])), 4)
+            for side, rates in zip(("flat", "detail"), zip(*by_detail, strict=True), strict=True):
+                known = [x for x in rates if x is not None]
+                entry[f"acceptance_{side}"] = round(float(np.mean(known)), 4) if known else None
             entry["per_round_acceptance"] = np.round(per_round[..., 0].mean(0), 3).tolist()
             entry["per_round_reopened"] = np.round(per_round[..., 1].mean(0), 3).tolist()
         results[label] = entry
@@ -190,7 +194,8 @@ def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, si
     m = metrics["methods"]
     metric_rows = "\n".join(
         f"| {label} | {_fmt(e['fd'])} | {_fmt(e['adherence'])} | {_fmt(e['nfe_target'])} | {_fmt(e['nfe_drafter'])} | "
-        f"{_fmt(e.get('acceptance_rate'))} | {_fmt(e.get('reopened_fraction'))} | {_fmt(e['seconds_per_image'])} |"
+        f"{_fmt(e.get('acceptance_rate'))} | {_fmt(e.get('acceptance_flat'))} | {_fmt(e.get('acceptance_detail'))} | "
+        f"{_fmt(e.get('reopened_fraction'))} | {_fmt(e['seconds_per_image'])} |"
         for label, e in m.items()
     )
     per_round = "\n".join(
@@ -260,10 +265,12 @@ excluded; seed i for prompt i), with the family's default settings (`{json.dumps
 FD: Frechet distance between mini-CLIP image features of the generated images and of the real
 images of the same emoji (lower is better). Adherence: fraction of generated images whose top-5
 retrieved texts (among the names of all 3,786 images) include the prompted emoji. NFE: forward
-passes per image. Time: wall seconds per image on the hardware of the card stage.
+passes per image. Acceptance: share of draft tokens accepted, overall and over flat / detailed
+tokens of the final image (pixel standard deviation under / over 0.02, `acceptance_by_detail`).
+Time: wall seconds per image on the hardware of the card stage.
 
-| method | FD | adherence | NFE target | NFE drafter | acceptance | re-opened | s / image |
-|---|---|---|---|---|---|---|---|
+| method | FD | adherence | NFE target | NFE drafter | acceptance | flat | detailed | re-opened | s / image |
+|---|---|---|---|---|---|---|---|---|---|
 {metric_rows}
 
 MuLo-SD per round (mean over prompts; round = one block of low-res rows):

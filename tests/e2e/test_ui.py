@@ -23,6 +23,11 @@ def test_generate_scrub_click_download(page: Page, app_url):
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(app_url)
+    # two low-res rows per round instead of the family's whole image: several rounds to scrub
+    page.get_by_text("Advanced", exact=True).click()
+    rows = page.get_by_label("number input for rows per block")
+    rows.fill("2")
+    rows.blur()  # gradio reads the number box on blur
     page.get_by_role("button", name="Generate", exact=True).click()
     expect(page.locator("#ar img")).to_be_visible(timeout=60_000)
     expect(page.locator("#mulo img")).to_be_visible(timeout=60_000)
@@ -31,7 +36,7 @@ def test_generate_scrub_click_download(page: Page, app_url):
 
     # the round panel is filled for MuLo-SD; scrubbing changes the round shown
     info = page.locator("#round-info")
-    expect(info).to_contain_text("round 1 /", timeout=30_000)
+    expect(info).to_contain_text("round 1 / 4", timeout=30_000)
     page.get_by_role("button", name="next ▶", exact=True).click()
     expect(info).to_contain_text("round 2 /", timeout=30_000)
     expect(page.locator("#token-map img")).to_be_visible()
