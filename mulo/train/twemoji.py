@@ -262,6 +262,7 @@ class Pipeline:
 
     @torch.no_grad()
     def vq_quality(self, vq) -> dict:
+        from mulo.models.upsample import PixelUpsampler
         from mulo.models.vq import VQTokenizer
 
         tok = VQTokenizer(vq.eval())
@@ -276,10 +277,12 @@ class Pipeline:
         # What a perfect drafter could get accepted at k = 0: the share of the 64 px codes that the
         # pixel up-sampler (whole image at once) reproduces from the 64 / r px encoding.
         codes = tok.encode(val.to(self.device))
+        nothing_committed = torch.full(codes.shape[1:], -1, device=self.device)
         for r in (2, 4):
-            low = tok.decode(tok.encode(resize(val, 64 // r).to(self.device)))
-            up = F.interpolate(low, scale_factor=r, mode="bicubic", align_corners=False).clamp(0, 1)
-            out[f"val_draft_agreement_r{r}"] = round(float((tok.encode(up) == codes).float().mean()), 4)
+            up = PixelUpsampler(tok, r)
+            low = tok.encode(resize(val, 64 // r).to(self.device))
+            drafts = torch.stack([up.upsample(grid, nothing_committed, (0, grid.shape[0])) for grid in low])
+            out[f"val_draft_agreement_r{r}"] = round(float((drafts == codes).float().mean()), 4)
         return out
 
     @torch.no_grad()
