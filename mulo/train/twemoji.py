@@ -267,22 +267,21 @@ class Pipeline:
 
         tok = VQTokenizer(vq.eval())
         val = to_float(self.data.images[self.data.is_val])
-        out = {}
+        out, codes = {}, {}
         for size in (64, 32, 16):
             x = resize(val, size).to(self.device)
-            rec = tok.decode(tok.encode(x))
-            mse = float(((rec - x) ** 2).mean())
+            codes[size] = tok.encode(x)
+            mse = float(((tok.decode(codes[size]) - x) ** 2).mean())
             out[f"val_psnr_{size}px"] = round(10 * np.log10(1 / max(mse, 1e-10)), 2)
-            out[f"codes_used_{size}px"] = int(tok.encode(x).unique().numel())
+            out[f"codes_used_{size}px"] = int(codes[size].unique().numel())
         # What a perfect drafter could get accepted at k = 0: the share of the 64 px codes that the
         # pixel up-sampler (whole image at once) reproduces from the 64 / r px encoding.
-        codes = tok.encode(val.to(self.device))
-        nothing_committed = torch.full(codes.shape[1:], -1, device=self.device)
+        nothing_committed = torch.full(codes[64].shape[1:], -1, device=self.device)
         for r in (2, 4):
             up = PixelUpsampler(tok, r)
-            low = tok.encode(resize(val, 64 // r).to(self.device))
+            low = codes[64 // r]
             drafts = torch.stack([up.upsample(grid, nothing_committed, (0, grid.shape[0])) for grid in low])
-            out[f"val_draft_agreement_r{r}"] = round(float((drafts == codes).float().mean()), 4)
+            out[f"val_draft_agreement_r{r}"] = round(float((drafts == codes[64]).float().mean()), 4)
         return out
 
     @torch.no_grad()
