@@ -134,7 +134,9 @@ def test_cli_without_weights_fails_fast_with_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: tar weights are not in the Hugging Face cache")
     assert "python -m mulo download tar --llm 1.5b --res 512" in lines[0]
-    assert elapsed < 10
+    # It answers before loading or fetching any weights (either would take minutes); the bound
+    # leaves room for cold imports of torch, transformers and diffusers (16.8 s in a clean-clone CI).
+    assert elapsed < 60
 
 
 def test_download_without_network_is_one_clear_line(tmp_path):

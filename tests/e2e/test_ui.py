@@ -18,6 +18,20 @@ def decoded(page: Page, selector: str, timeout: float = 30_000) -> bool:
     return True
 
 
+def set_slider(page: Page, label: str, value: str) -> None:
+    """Type ``value`` into a gradio slider's number box until the slider's range input shows it
+    too (both read the component's value; a box typed into before the page has hydrated loses it)."""
+    box = page.get_by_label(f"number input for {label}")
+    track = page.get_by_label(f"range slider for {label}")
+    for _ in range(40):
+        box.fill(value)
+        box.blur()
+        if track.input_value() == value:
+            return
+        page.wait_for_timeout(250)
+    raise AssertionError(f"the {label} slider did not take {value} (shows {track.input_value()})")
+
+
 @pytest.mark.e2e
 def test_generate_scrub_click_download(page: Page, app_url):
     errors = []
@@ -25,9 +39,7 @@ def test_generate_scrub_click_download(page: Page, app_url):
     page.goto(app_url)
     # two low-res rows per round instead of the family's whole image: several rounds to scrub
     page.get_by_text("Advanced", exact=True).click()
-    rows = page.get_by_label("number input for rows per block")
-    rows.fill("2")
-    rows.blur()  # gradio reads the number box on blur
+    set_slider(page, "rows per block", "2")
     page.get_by_role("button", name="Generate", exact=True).click()
     expect(page.locator("#ar img")).to_be_visible(timeout=60_000)
     expect(page.locator("#mulo img")).to_be_visible(timeout=60_000)
