@@ -69,6 +69,22 @@ def test_images_are_emoji_not_noise(engine):
 
 
 COMMON_PROMPTS = ("red apple", "cat face", "rocket", "grinning face", "ghost", "banana", "dog face", "christmas tree")
+# What people type: one word, a short name ("pizza" is "slice of pizza") or a word several emoji
+# share ("sun": any of the six sun emoji counts).
+ONE_WORD_PROMPTS = ("pizza", "sun", "apple", "cat", "dog", "tree", "moon", "star")
+
+
+def prompt_adherence(engine, method: str, prompts) -> float:
+    """mini-CLIP retrieval over all 3,786 emoji texts: the share of images whose top-5 texts hold
+    an emoji the prompt names (real images: 94 %)."""
+    from mulo.eval.metrics import adherence
+    from mulo.eval.quality import Quality
+
+    q = Quality.for_family(engine.family)
+    keys = [q.keys_for(p) for p in prompts]
+    assert all(keys), [p for p, k in zip(prompts, keys, strict=True) if not k]
+    images = np.stack([engine.generate(p, method, i).image for i, p in enumerate(prompts)])
+    return adherence(q.clip, images, keys, q.text_names, q.text_keys, text_embeddings=q.text_embeddings)
 
 
 # MuLo-SD may miss one prompt more than AR: drafting the whole low-res image at once (the family
@@ -76,17 +92,18 @@ COMMON_PROMPTS = ("red apple", "cat face", "rocket", "grinning face", "ghost", "
 # (AR 0.74); on these eight, AR misses christmas tree and grinning face, MuLo-SD banana too.
 @pytest.mark.parametrize(("method", "bar"), [("ar", 0.75), ("mulo", 0.625)])
 def test_images_depict_the_prompt(engine, method, bar):
-    """Common emoji are recognisable: mini-CLIP retrieves the prompted emoji among its top-5 texts
-    (out of all 3,786) for most of them, for AR and for MuLo-SD (real images: 94 %)."""
-    from mulo.eval.metrics import adherence
-    from mulo.eval.quality import Quality
-
-    q = Quality.for_family(engine.family)
-    key_of = dict(zip(q.text_names, q.text_keys, strict=True))
-    images = np.stack([engine.generate(p, method, i).image for i, p in enumerate(COMMON_PROMPTS)])
-    keys = [key_of[p] for p in COMMON_PROMPTS]
-    score = adherence(q.clip, images, keys, q.text_names, q.text_keys, text_embeddings=q.text_embeddings)
+    """Common emoji, prompted by name, are recognisable for AR and for MuLo-SD."""
+    score = prompt_adherence(engine, method, COMMON_PROMPTS)
     assert score >= bar, score
+
+
+# Not met by the shipped weights (AR 0.25 here: cat and dog; 0.11 over the card's 87 one-word
+# prompts). Training on short prompts (run twemoji-v9) reached 0.5 here and 0.28 on the card but
+# cost name adherence (0.74 -> 0.67) and still missed "pizza": see the model card.
+@pytest.mark.xfail(strict=True, reason="one-word prompts are out of the AR models' training distribution")
+@pytest.mark.parametrize("method", ["ar", "mulo"])
+def test_one_word_prompts_depict_their_emoji(engine, method):
+    assert prompt_adherence(engine, method, ONE_WORD_PROMPTS) >= 0.625
 
 
 def test_acceptance_is_spatially_structured(engine):

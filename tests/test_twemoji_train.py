@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mulo.eval.metrics import acceptance_by_detail, frechet_distance
+from mulo.eval.metrics import acceptance_by_detail, frechet_distance, prompt_index
 from mulo.models.text import MiniCLIP, WordTokenizer
 from mulo.train import data as data_mod
 
@@ -18,10 +18,28 @@ def test_describe_adds_skin_tones_and_dedupes_words():
         "subcategory": "hand-fingers-open",
         "category": "People & Body",
     }
-    name, text = data_mod.describe(entry, ["1F3FC"])
+    name, text, short_prompts = data_mod.describe(entry, ["1F3FC"])
     assert name == "waving hand sign medium light skin tone"
     assert text.split()[:8] == ["waving", "hand", "sign", "medium", "light", "skin", "tone", "wave"]
     assert len(text.split()) == len(set(text.split()))
+    # The short name alone and each content word of the name ("sign" is a stop word), toned.
+    tone = " medium light skin tone"
+    assert short_prompts == ["wave" + tone, "waving" + tone, "hand" + tone]
+
+
+def test_short_prompts_leave_out_the_name_itself():
+    pizza = {"name": "SLICE OF PIZZA", "short_names": ["pizza"], "subcategory": "food-prepared", "category": "Food"}
+    assert data_mod.describe(pizza, [])[2] == ["pizza", "slice"]
+    rocket = {"name": "ROCKET", "short_names": ["rocket"], "subcategory": "transport-air", "category": "Travel"}
+    assert data_mod.describe(rocket, [])[2] == []  # a one-word name is its own short prompt
+
+
+def test_prompt_index_maps_a_short_prompt_to_every_emoji_it_fits():
+    names = ["sun with face", "black sun with rays", "slice of pizza"]
+    shorts = [["sun", "face"], ["sunny", "black", "sun", "rays"], ["pizza", "slice"]]
+    index = prompt_index(names, ["A", "B", "C"], shorts)
+    assert index["sun"] == {"A", "B"} and index["pizza"] == {"C"} and index["slice of pizza"] == {"C"}
+    assert "slice pizza" not in index
 
 
 def test_a_corrupt_package_fails_its_integrity_check(tmp_path):
@@ -95,6 +113,10 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):
     reference = np.load(assets / "eval_reference.npz")  # the metrics' inputs, shipped: no data set needed
     assert reference["features"].shape[0] == len(reference["keys"]) == metrics["prompts"]
     assert set(reference["keys"]) <= set(reference["text_keys"])
+    assert len(reference["text_short_prompts"]) == len(reference["text_names"])
+    short = metrics["short_prompts"]  # the smoke emoji are smileys: every one has a short name
+    assert short["prompts"] >= 1 and 0 <= short["ar"] <= 1 and 0 <= short["mulo-r2"] <= 1
+    assert "One-word prompts" in card
     # Resuming a finished run does nothing and keeps the report.
     again = twemoji.run(tmp_path / "run", assets, smoke=True, only=["target"])
     assert again["target"] == report["target"]

@@ -39,12 +39,29 @@ def image_features(clip, images: np.ndarray | torch.Tensor, batch: int = 256) ->
     return torch.cat([clip.image.features(x[i : i + batch].to(device)).cpu() for i in range(0, len(x), batch)]).numpy()
 
 
+def prompt_index(names: list[str], keys: list[str], short_prompts: list[list[str]]) -> dict[str, set[str]]:
+    """Every name and short prompt -> the keys of the emoji it fits ("sun" -> the six sun emoji):
+    which retrievals count as adherent for a prompt that is not an emoji's full name."""
+    index: dict[str, set[str]] = {}
+    for name, key, shorts in zip(names, keys, short_prompts, strict=True):
+        for phrase in (name, *shorts):
+            index.setdefault(phrase, set()).add(key)
+    return index
+
+
 @torch.no_grad()
 def adherence(
-    clip, images, prompt_keys: list[str], texts: list[str], text_keys: list[str], top: int = 5, text_embeddings=None
+    clip,
+    images,
+    prompt_keys: list[str | set[str]],
+    texts: list[str],
+    text_keys: list[str],
+    top: int = 5,
+    text_embeddings=None,
 ) -> float:
     """Fraction of images whose ``top`` nearest texts contain one with the prompted emoji's key.
 
+    A prompt that fits several emoji ("sun") gives the set of their keys, any of which counts.
     ``text_embeddings`` (``clip.embed_texts(texts)``) can be passed to avoid recomputing them."""
     x = torch.as_tensor(images)
     if x.dtype == torch.uint8:
@@ -52,7 +69,8 @@ def adherence(
     img = clip.embed_images(x)
     txt = clip.embed_texts(texts) if text_embeddings is None else text_embeddings
     best = (img @ txt.T).topk(top, dim=-1).indices.cpu().tolist()
-    hits = [any(text_keys[j] == key for j in row) for row, key in zip(best, prompt_keys, strict=True)]
+    wanted = [{key} if isinstance(key, str) else set(key) for key in prompt_keys]
+    hits = [any(text_keys[j] in keys for j in row) for row, keys in zip(best, wanted, strict=True)]
     return float(np.mean(hits))
 
 

@@ -9,11 +9,13 @@ these files (toy, tar) have no quality metrics; the benchmark then reports speed
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
-from mulo.eval.metrics import adherence, frechet_distance, image_features
+from mulo.eval.metrics import adherence, frechet_distance, image_features, prompt_index
+from mulo.train.data import PROMPT_SEP
 
 
 class Quality:
@@ -26,6 +28,16 @@ class Quality:
         self.real = dict(zip(ref["keys"].tolist(), ref["features"], strict=True))
         self.text_names, self.text_keys = ref["text_names"].tolist(), ref["text_keys"].tolist()
         self.text_embeddings = clip.embed_texts(self.text_names)
+        shorts = (
+            ref["text_short_prompts"].tolist() if "text_short_prompts" in ref.files else [""] * len(self.text_names)
+        )
+        short_prompts = [p.split(PROMPT_SEP) if p else [] for p in shorts]
+        self.fits = prompt_index(self.text_names, self.text_keys, short_prompts)
+
+    def keys_for(self, prompt: str) -> set[str]:
+        """The emoji a prompt names: its full name or one of its short prompts ("pizza", "sun");
+        empty for a prompt that is neither."""
+        return self.fits.get(" ".join(re.findall(r"[a-z0-9]+", prompt.lower())), set())
 
     @classmethod
     def for_family(cls, family) -> Quality | None:

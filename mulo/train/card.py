@@ -14,8 +14,8 @@ import torch
 from PIL import Image, ImageDraw
 
 from mulo.engine import Engine
-from mulo.eval.metrics import acceptance_by_detail, adherence, frechet_distance, image_features
-from mulo.train.data import EmojiData
+from mulo.eval.metrics import acceptance_by_detail, adherence, frechet_distance, image_features, prompt_index
+from mulo.train.data import PROMPT_SEP, EmojiData
 
 SAMPLE_PROMPTS = [
     "red apple",
@@ -114,6 +114,7 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
             entry["per_round_reopened"] = np.round(per_round[..., 1].mean(0), 3).tolist()
         results[label] = entry
     retrieval = (texts, text_keys, text_embeddings)
+    short = _short_prompt_adherence(engine, data, clip, prompts, retrieval, seed)
     results.update(_ceilings(engine, clip, data.images[real_idx], real_feats, keys, retrieval))
     grid_images, captions = [], []
     # smoke runs know only a few words: fall back to the evaluation prompts
@@ -133,8 +134,29 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
         features=real_feats.astype(np.float32),
         text_names=np.array(texts),
         text_keys=np.array(text_keys),
+        text_short_prompts=np.array([PROMPT_SEP.join(p) for p in data.short_prompts]),
     )
-    return {"prompts": len(prompts), "seed": seed, "config": engine.make_config(None).to_dict(), "methods": results}
+    config = engine.make_config(None).to_dict()
+    return {"prompts": len(prompts), "seed": seed, "config": config, "methods": results, "short_prompts": short}
+
+
+def _short_prompt_adherence(engine, data: EmojiData, clip, prompts, retrieval, seed: int) -> dict:
+    """Adherence to one-word prompts, what people type: each evaluation emoji's first short prompt
+    ("apple" for "red apple"), counted adherent when the top-5 texts hold any emoji it fits."""
+    texts, text_keys, text_embeddings = retrieval
+    fits = prompt_index(data.names, data.keys, data.short_prompts)
+    first = {}
+    for key, shorts in zip(data.keys, data.short_prompts, strict=True):
+        first.setdefault(key, shorts[0] if shorts else None)
+    asked = [first[key] for key, _ in prompts if first[key]]
+    out = {"prompts": len(asked), "examples": asked[:12]}
+    if not asked:  # smoke runs: a handful of emoji, possibly none with a short prompt
+        return out
+    for label, method, knobs in (("ar", "ar", {}), ("mulo-r2", "mulo", {"r": 2})):
+        images = np.stack([engine.generate(p, method, seed + i, knobs).image for i, p in enumerate(asked)])
+        wanted = [fits[p] for p in asked]
+        out[label] = round(adherence(clip, images, wanted, texts, text_keys, text_embeddings=text_embeddings), 4)
+    return out
 
 
 @torch.no_grad()
@@ -161,6 +183,16 @@ def _fmt(value) -> str:
     return "n/a" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
 
 
+def _text_mix(mix: dict) -> str:
+    if not mix["short"]:
+        return f"the emoji's name with probability {mix['name']}, else its full description"
+    return (
+        f"the emoji's name with probability {mix['name']}, a short prompt with probability {mix['short']}: one of "
+        'its short names alone, "pizza" for "slice of pizza", or one content word of its name, "sun" for "sun '
+        'with face"; else its full description'
+    )
+
+
 def _teacher_forcing(budget: dict) -> str:
     if not budget["input_noise"]:
         return (
@@ -179,7 +211,7 @@ def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, si
 
     ``recipe`` holds the architecture settings the text describes (codebook size, model widths...).
     """
-    vq, target, small = recipe["vq"], recipe["target"], recipe["draft_model"]
+    vq, target, small, mix = recipe["vq"], recipe["target"], recipe["draft_model"], budget["ar_text_mix"]
 
     def seconds(entry: dict):  # a resumed stage: its training loop counts every session's time
         return max(entry.get("stage_seconds", 0), entry.get("seconds", 0)) or None
@@ -205,6 +237,15 @@ def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, si
         if "per_round_acceptance" in e
     )
     size_rows = "\n".join(f"| {name} | {_fmt(mb)} |" for name, mb in sizes.items())
+    short = metrics.get("short_prompts") or {}
+    short_line = (
+        f"One-word prompts, what people type ({short['prompts']} prompts: each evaluation emoji's first short "
+        f"prompt, e.g. {', '.join(repr(p) for p in short['examples'][:6])}; adherent when the top-5 texts "
+        f"include any emoji the prompt fits, e.g. any of the six sun emoji for 'sun'): "
+        f"AR {_fmt(short['ar'])}, MuLo-SD r = 2 {_fmt(short['mulo-r2'])}."
+        if "ar" in short
+        else ""
+    )
     card = f"""# twemoji: a multi-scale AR image model family for MuLo-SD
 
 Trained by `python -m mulo train twemoji` on 2 CPU cores; the default family of `mulo`. Its images
@@ -228,7 +269,8 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   4-stage image CNN, trained contrastively (symmetric InfoNCE, same-emoji pairs all positive). Its
   contrastive text embedding followed by its per-word features, each scaled to unit RMS (17 x 128,
   padding slots zero like the null condition), condition every AR model; its image features are
-  the space of the FD and adherence metrics. Unknown prompt words are reported; a prompt with no
+  the space of the FD and adherence metrics. Text augmentation: the emoji's name with probability
+  {recipe["name_text_prob"]}, else its full description. Unknown prompt words are reported; a prompt with no
   known word is an error.
 - **VQ tokenizer** (`vq`): `diffusers.VQModel`, channels {tuple(vq["block_out_channels"])}, 4x downsampling,
   {vq["num_vq_embeddings"]} codes of dimension {vq["vq_embed_dim"]}, one codebook for 64 px (16x16 tokens),
@@ -237,9 +279,9 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
 - **AR models** (`target` 16x16, `drafter_r2` 8x8, `drafter_r4` 4x4): the engine's GPT (width
   {target["dim"]}, {target["n_layer"]} layers, {target["n_head"]} heads; drafters of the same size as the target),
   conditioned on the text features, {recipe["cfg_dropout"]:.0%} condition dropout for classifier-free
-  guidance, text augmentation (the emoji's name with probability {recipe["name_text_prob"]}, else its full
-  description), {_teacher_forcing(budget)}. Batches draw every emoji equally often, its skin-tone
-  variants sharing its weight; bf16 autocast where the hardware supports it.
+  guidance, text augmentation ({_text_mix(mix)}), {_teacher_forcing(budget)}.
+  Batches draw every emoji equally often, its skin-tone variants sharing its weight; bf16 autocast
+  where the hardware supports it.
 - **Same-grid draft model** (`draft_model`, 16x16, width {small["dim"]}, {small["n_layer"]} layers) for
   the token-level baselines `sd` and `lantern`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle
@@ -272,6 +314,8 @@ Time: wall seconds per image on the hardware of the card stage.
 | method | FD | adherence | NFE target | NFE drafter | acceptance | flat | detailed | re-opened | s / image |
 |---|---|---|---|---|---|---|---|---|---|
 {metric_rows}
+
+{short_line}
 
 MuLo-SD per round (mean over prompts; round = one block of low-res rows):
 

@@ -16,7 +16,7 @@ import logging
 import re
 import subprocess
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,8 @@ SKIN_TONES = {
     "1F3FF": "dark skin tone",
 }
 VAL_FRACTION = 0.05
+PROMPT_SEP = "|"  # short prompts are lower-case words and spaces, so this never occurs in one
+NAME_STOP_WORDS = frozenset(["a", "an", "and", "of", "on", "in", "with", "the", "for", "sign", "symbol"])
 SPLIT_SEED = 1234
 
 
@@ -45,11 +47,22 @@ class EmojiData:
     texts: list[str]  # every word that describes the image: name, short names, (sub)category, tone
     keys: list[str]  # unified code of the base emoji (skin-tone variants share it)
     is_val: np.ndarray  # [N] bool: held-out validation split (fixed seed)
+    # One-phrase prompts other than the name, each with a variant's skin tones: every short name
+    # alone ("pizza" for "slice of pizza") and every content word of the name alone ("sun" for "sun
+    # with face"). What people type, and never the name or the whole description.
+    short_prompts: list[list[str]] = field(default_factory=list)
 
     def subset(self, mask: np.ndarray) -> EmojiData:
         idx = np.flatnonzero(mask)
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
-        return EmojiData(self.images[idx], pick(self.names), pick(self.texts), pick(self.keys), self.is_val[idx])
+        return EmojiData(
+            self.images[idx],
+            pick(self.names),
+            pick(self.texts),
+            pick(self.keys),
+            self.is_val[idx],
+            pick(self.short_prompts),
+        )
 
     @property
     def train(self) -> EmojiData:
@@ -65,17 +78,22 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
-def describe(entry: dict, tones: list[str]) -> tuple[str, str]:
-    """(name, full text) of one emoji entry, with the skin tones of a variant appended."""
+def describe(entry: dict, tones: list[str]) -> tuple[str, str, list[str]]:
+    """(name, full text, short prompts) of one emoji entry, with the skin tones of a variant appended."""
     tone_words = [SKIN_TONES[t] for t in tones]
-    name = " ".join([entry["name"].lower(), *tone_words])
-    parts = [name, *[s.replace("_", " ") for s in entry["short_names"]], entry["subcategory"], entry["category"]]
+    name = " ".join(words(" ".join([entry["name"], *tone_words])))
+    short_names = [" ".join(words(" ".join([s, *tone_words]))) for s in entry["short_names"]]
+    parts = [name, *short_names, entry["subcategory"], entry["category"]]
     seen, out = set(), []
     for word in words(" ".join(parts)):
         if word not in seen:
             seen.add(word)
             out.append(word)
-    return " ".join(words(name)), " ".join(out)
+    name_words = words(entry["name"])
+    singles = [w for w in name_words if w not in NAME_STOP_WORDS] if len(name_words) > 1 else []
+    singles = [" ".join(words(" ".join([w, *tone_words]))) for w in singles]
+    short_prompts = list(dict.fromkeys(s for s in [*short_names, *singles] if s and s != name))
+    return name, " ".join(out), short_prompts
 
 
 def fetch_package(cache: Path) -> Path:
@@ -111,7 +129,7 @@ def build(tarball: Path) -> EmojiData:
             for m in tar.getmembers()
             if m.name.startswith("package/img/twitter/64/") and m.name.endswith(".png")
         }
-    images, names, texts, keys = [], [], [], []
+    images, names, texts, keys, short_prompts = [], [], [], [], []
     for entry in sorted(entries, key=lambda e: e["sort_order"]):
         variants = [(entry["image"], [])]
         for tones, var in (entry.get("skin_variations") or {}).items():
@@ -119,20 +137,26 @@ def build(tarball: Path) -> EmojiData:
         for image, tones in variants:
             if image not in pngs:
                 continue
-            name, text = describe(entry, tones)
+            name, text, short = describe(entry, tones)
             images.append(_over_white(pngs[image]))
             names.append(name)
             texts.append(text)
             keys.append(entry["unified"])
+            short_prompts.append(short)
     rng = np.random.default_rng(SPLIT_SEED)
     is_val = rng.random(len(images)) < VAL_FRACTION
-    return EmojiData(np.stack(images), names, texts, keys, is_val)
+    return EmojiData(np.stack(images), names, texts, keys, is_val, short_prompts)
 
 
 def load(cache: str | Path) -> EmojiData:
     """The data set, from ``cache/twemoji.npz`` if built before, else from the npm package."""
     cache = Path(cache)
     npz = cache / "twemoji.npz"
+    if npz.exists():
+        with np.load(npz) as z:
+            stale = "short_prompts" not in z.files  # cached by an older version: rebuild from the package
+        if stale:
+            npz.unlink()
     if not npz.exists():
         data = build(fetch_package(cache))
         np.savez_compressed(
@@ -142,6 +166,10 @@ def load(cache: str | Path) -> EmojiData:
             texts=np.array(data.texts),
             keys=np.array(data.keys),
             is_val=data.is_val,
+            short_prompts=np.array([PROMPT_SEP.join(p) for p in data.short_prompts]),
         )
     with np.load(npz) as z:
-        return EmojiData(z["images"], z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist(), z["is_val"])
+        short_prompts = [p.split(PROMPT_SEP) if p else [] for p in z["short_prompts"].tolist()]
+        return EmojiData(
+            z["images"], z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist(), z["is_val"], short_prompts
+        )
