@@ -9,13 +9,12 @@ these files (toy, tar) have no quality metrics; the benchmark then reports speed
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 
 from mulo.eval.metrics import adherence, frechet_distance, image_features, prompt_index
-from mulo.train.data import PROMPT_SEP
+from mulo.train.data import PROMPT_SEP, words
 
 
 class Quality:
@@ -37,7 +36,7 @@ class Quality:
     def keys_for(self, prompt: str) -> set[str]:
         """The emoji a prompt names: its full name or one of its short prompts ("pizza", "sun");
         empty for a prompt that is neither."""
-        return self.fits.get(" ".join(re.findall(r"[a-z0-9]+", prompt.lower())), set())
+        return self.fits.get(" ".join(words(prompt)), set())
 
     @classmethod
     def for_family(cls, family) -> Quality | None:

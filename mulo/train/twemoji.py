@@ -323,6 +323,10 @@ class Pipeline:
 
     def stage_ar(self, stage: str) -> None:
         z = np.load(self.run / "tokens.npz")
+        if "cond_short" not in z.files:
+            raise RuntimeError(
+                f"{self.run / 'tokens.npz'} predates short prompts: delete it to rebuild the tokens stage"
+            )
         side = GRIDS[stage]
         tokens = torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(z["is_val"]), -1)
         cond_name, cond_text, cond_short = (
