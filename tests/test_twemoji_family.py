@@ -74,13 +74,18 @@ COMMON_PROMPTS = ("red apple", "cat face", "rocket", "grinning face", "ghost", "
 ONE_WORD_PROMPTS = ("pizza", "sun", "apple", "cat", "dog", "tree", "moon", "star")
 
 
-def prompt_adherence(engine, method: str, prompts) -> float:
+@pytest.fixture(scope="module")
+def quality(engine):
+    from mulo.eval.quality import Quality
+
+    return Quality.for_family(engine.family)
+
+
+def prompt_adherence(engine, q, method: str, prompts) -> float:
     """mini-CLIP retrieval over all 3,786 emoji texts: the share of images whose top-5 texts hold
     an emoji the prompt names (real images: 94 %)."""
     from mulo.eval.metrics import adherence
-    from mulo.eval.quality import Quality
 
-    q = Quality.for_family(engine.family)
     keys = [q.keys_for(p) for p in prompts]
     assert all(keys), [p for p, k in zip(prompts, keys, strict=True) if not k]
     images = np.stack([engine.generate(p, method, i).image for i, p in enumerate(prompts)])
@@ -91,9 +96,9 @@ def prompt_adherence(engine, method: str, prompts) -> float:
 # default, what makes drafts acceptable) costs adherence 0.70 -> 0.65 over the card's 120 prompts
 # (AR 0.74); on these eight, AR misses christmas tree and grinning face, MuLo-SD banana too.
 @pytest.mark.parametrize(("method", "bar"), [("ar", 0.75), ("mulo", 0.625)])
-def test_images_depict_the_prompt(engine, method, bar):
+def test_images_depict_the_prompt(engine, quality, method, bar):
     """Common emoji, prompted by name, are recognisable for AR and for MuLo-SD."""
-    score = prompt_adherence(engine, method, COMMON_PROMPTS)
+    score = prompt_adherence(engine, quality, method, COMMON_PROMPTS)
     assert score >= bar, score
 
 
@@ -102,8 +107,8 @@ def test_images_depict_the_prompt(engine, method, bar):
 # cost name adherence (0.74 -> 0.67) and still missed "pizza": see the model card.
 @pytest.mark.xfail(strict=True, reason="one-word prompts are out of the AR models' training distribution")
 @pytest.mark.parametrize("method", ["ar", "mulo"])
-def test_one_word_prompts_depict_their_emoji(engine, method):
-    assert prompt_adherence(engine, method, ONE_WORD_PROMPTS) >= 0.625
+def test_one_word_prompts_depict_their_emoji(engine, quality, method):
+    assert prompt_adherence(engine, quality, method, ONE_WORD_PROMPTS) >= 0.625
 
 
 def test_acceptance_is_spatially_structured(engine):

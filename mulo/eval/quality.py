@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mulo.eval.metrics import adherence, frechet_distance, image_features, prompt_index
-from mulo.train.data import PROMPT_SEP, words
+from mulo.train.data import unpack_prompts, words
 
 
 class Quality:
@@ -27,11 +27,7 @@ class Quality:
         self.real = dict(zip(ref["keys"].tolist(), ref["features"], strict=True))
         self.text_names, self.text_keys = ref["text_names"].tolist(), ref["text_keys"].tolist()
         self.text_embeddings = clip.embed_texts(self.text_names)
-        shorts = (
-            ref["text_short_prompts"].tolist() if "text_short_prompts" in ref.files else [""] * len(self.text_names)
-        )
-        short_prompts = [p.split(PROMPT_SEP) if p else [] for p in shorts]
-        self.fits = prompt_index(self.text_names, self.text_keys, short_prompts)
+        self.fits = prompt_index(self.text_names, self.text_keys, unpack_prompts(ref["text_short_prompts"]))
 
     def keys_for(self, prompt: str) -> set[str]:
         """The emoji a prompt names: its full name or one of its short prompts ("pizza", "sun");

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 
 from mulo.engine import Engine
 from mulo.eval.metrics import acceptance_by_detail, adherence, frechet_distance, image_features, prompt_index
-from mulo.train.data import PROMPT_SEP, EmojiData
+from mulo.train.data import EmojiData, pack_prompts
 
 SAMPLE_PROMPTS = [
     "red apple",
@@ -134,7 +134,7 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
         features=real_feats.astype(np.float32),
         text_names=np.array(texts),
         text_keys=np.array(text_keys),
-        text_short_prompts=np.array([PROMPT_SEP.join(p) for p in data.short_prompts]),
+        text_short_prompts=pack_prompts(data.short_prompts),
     )
     config = engine.make_config(None).to_dict()
     return {"prompts": len(prompts), "seed": seed, "config": config, "methods": results, "short_prompts": short}

@@ -96,6 +96,15 @@ def describe(entry: dict, tones: list[str]) -> tuple[str, str, list[str]]:
     return name, " ".join(out), short_prompts
 
 
+def pack_prompts(prompts: list[list[str]]) -> np.ndarray:
+    """Per-image prompt lists as one string array (what ``np.savez`` stores without pickling)."""
+    return np.array([PROMPT_SEP.join(p) for p in prompts])
+
+
+def unpack_prompts(packed: np.ndarray) -> list[list[str]]:
+    return [p.split(PROMPT_SEP) if p else [] for p in packed.tolist()]
+
+
 def fetch_package(cache: Path) -> Path:
     """``npm pack`` the package into ``cache`` (once) and verify its integrity."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -166,10 +175,8 @@ def load(cache: str | Path) -> EmojiData:
             texts=np.array(data.texts),
             keys=np.array(data.keys),
             is_val=data.is_val,
-            short_prompts=np.array([PROMPT_SEP.join(p) for p in data.short_prompts]),
+            short_prompts=pack_prompts(data.short_prompts),
         )
     with np.load(npz) as z:
-        short_prompts = [p.split(PROMPT_SEP) if p else [] for p in z["short_prompts"].tolist()]
-        return EmojiData(
-            z["images"], z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist(), z["is_val"], short_prompts
-        )
+        texts = (z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist())
+        return EmojiData(z["images"], *texts, z["is_val"], unpack_prompts(z["short_prompts"]))
