@@ -189,6 +189,12 @@ def cmd_generate(args) -> int:
     engine = Engine(load_family(args.family, args.device))
     result = engine.generate(args.prompt, args.method, args.seed, knobs)
     summary = result.trace.summary()
+    if result.trace.condition_text:
+        print(
+            f"note: conditioned on {result.trace.condition_text!r}, the emoji whose short name is "
+            f"{result.trace.prompt!r} (--no-aliases: the prompt as typed)",
+            file=sys.stderr,
+        )
     for warning in result.trace.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.out:

@@ -28,6 +28,7 @@ class GenerationConfig:
     temperature: float = 1.0  # 0 = greedy (arg-max)
     top_k: int = 0  # keep the k most likely tokens; 0 = off
     top_p: float = 1.0  # nucleus sampling mass; 1 = off
+    aliases: bool = True  # condition on the emoji name a prompt is the short name of ("pizza" -> "slice of pizza")
     # -- MuLo-SD ----------------------------------------------------------------------------------
     r: int = 2  # resolution ratio target/drafter (a drafter for it must exist)
     tau: float = 0.1  # accept a draft token iff its pooled target probability >= tau (> 1: reject all)
@@ -100,6 +101,7 @@ def validate(cfg: GenerationConfig, *, vocab_size: int, ratios: tuple[int, ...] 
     _number("draft_window", cfg.draft_window, 1, 4096, integer=True)
     _number("island_window", cfg.island_window, 0, 4096, integer=True)
     _check(isinstance(cfg.refresh, bool), f"refresh must be true or false (got {cfg.refresh!r})")
+    _check(isinstance(cfg.aliases, bool), f"aliases must be true or false (got {cfg.aliases!r})")
     _number("zipar_window", cfg.zipar_window, 1, 4096, integer=True)
     _number("sjd_window", cfg.sjd_window, 1, 4096, integer=True)
     _number("draft_len", cfg.draft_len, 1, 256, integer=True)

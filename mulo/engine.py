@@ -94,8 +94,9 @@ class Engine:
         with self.lock:
             timer = PhaseTimer(fam.device)
             start = time.perf_counter()
+            alias = fam.alias(prompt) if cfg.aliases else None
             with timer.phase("condition"):  # Tar: the LLM's semantic tokens + TA-Tok decoding
-                cond = fam.condition(prompt, seed)
+                cond = fam.condition(alias or prompt, seed)
             ctx = DecodeContext(fam, cond, cfg, torch.Generator().manual_seed(seed), timer)
             rounds: list[Round] = []
             paused = [0.0]  # seconds the consumer held the generator between rounds
@@ -119,6 +120,7 @@ class Engine:
                 nfe=ctx.nfe(),
                 rounds=rounds,
                 warnings=warnings,
+                condition_text=alias,
             )
             return Result(tokens, image, trace)
 

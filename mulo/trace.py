@@ -130,6 +130,7 @@ class Trace:
     nfe: dict[str, int]
     rounds: list[Round]
     warnings: list[str] = field(default_factory=list)  # e.g. prompt words the family does not know
+    condition_text: str | None = None  # what was conditioned on instead of the prompt (an alias)
 
     # -- summary metrics --------------------------------------------------------------------
     def summary(self) -> dict:
@@ -183,6 +184,7 @@ class Trace:
             "summary": self.summary(),
             "rounds": [r.to_dict() for r in self.rounds],
             "warnings": list(self.warnings),
+            "condition_text": self.condition_text,
         }
 
     @classmethod
@@ -204,6 +206,7 @@ class Trace:
             nfe={k: int(v) for k, v in d["nfe"].items()},
             rounds=[Round.from_dict(r) for r in d["rounds"]],
             warnings=list(d.get("warnings", [])),
+            condition_text=d.get("condition_text"),
         )
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -309,6 +312,7 @@ TRACE_SCHEMA = {
         "summary": {"type": "object"},
         "rounds": {"type": "array", "items": ROUND_SCHEMA},
         "warnings": {"type": "array", "items": {"type": "string"}},
+        "condition_text": {"type": ["string", "null"]},
     },
 }
 

@@ -246,6 +246,8 @@ def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
         f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
         f"top-p {c['top_p']} · seed {trace.seed} · {trace.device}</small>",
     ]
+    if trace.condition_text:
+        lines.append(f"conditioned on *{trace.condition_text}* (the emoji whose short name is *{trace.prompt}*)")
     if trace.warnings:
         lines.append(f"⚠️ {'; '.join(trace.warnings)}")
     return "  \n".join(lines)

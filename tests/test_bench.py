@@ -67,7 +67,7 @@ def test_sweep_points_cover_the_ablations_and_run(toy, tmp_path):
     assert [r["point"] for r in rows] == ["raster", "local l=0", "local l=1", "local l=2", "local l=3"]
     # Raster rejection re-opens everything after the first rejection: never less than local l=0.
     assert rows[0]["reopened"] >= rows[1]["reopened"]
-    assert (tmp_path / "sweep_rejection.png").exists()
+    assert (tmp_path / "sweep_rejection.png").exists() and (tmp_path / "sweep_rejection_images.png").exists()
 
 
 def test_cli_rejects_unknown_labels_in_one_line():

@@ -86,6 +86,9 @@ def test_golden_end_to_end_chain(golden_dir):
         def unknown_words(self, prompt):
             return []
 
+        def alias(self, prompt):
+            return None
+
         def __call__(self, prompt, seed=0):
             return features[0]
 

@@ -69,8 +69,12 @@ def test_images_are_emoji_not_noise(engine):
 
 
 COMMON_PROMPTS = ("red apple", "cat face", "rocket", "grinning face", "ghost", "banana", "dog face", "christmas tree")
-# What people type: one word, a short name ("pizza" is "slice of pizza") or a word several emoji
-# share ("sun": any of the six sun emoji counts).
+# Emoji short names, what people type in an emoji picker (":pizza:"): the family conditions on the
+# emoji's name (assets/twemoji/aliases.json, from emoji.json). Measured: 11 of 12 for AR and MuLo-SD
+# with aliases, 3 and 0 of 12 without.
+SHORT_NAME_PROMPTS = ("pizza", "apple", "heart", "car", "coffee", "gift", "joy", "soccer")
+# One word that is no short name of its emoji, or several emoji share ("sun": any of the six sun
+# emoji counts), prompted as typed.
 ONE_WORD_PROMPTS = ("pizza", "sun", "apple", "cat", "dog", "tree", "moon", "star")
 
 
@@ -81,14 +85,14 @@ def quality(engine):
     return Quality.for_family(engine.family)
 
 
-def prompt_adherence(engine, q, method: str, prompts) -> float:
+def prompt_adherence(engine, q, method: str, prompts, config=None) -> float:
     """mini-CLIP retrieval over all 3,786 emoji texts: the share of images whose top-5 texts hold
     an emoji the prompt names (real images: 94 %)."""
     from mulo.eval.metrics import adherence
 
     keys = [q.keys_for(p) for p in prompts]
     assert all(keys), [p for p, k in zip(prompts, keys, strict=True) if not k]
-    images = np.stack([engine.generate(p, method, i).image for i, p in enumerate(prompts)])
+    images = np.stack([engine.generate(p, method, i, config).image for i, p in enumerate(prompts)])
     return adherence(q.clip, images, keys, q.text_names, q.text_keys, text_embeddings=q.text_embeddings)
 
 
@@ -102,13 +106,29 @@ def test_images_depict_the_prompt(engine, quality, method, bar):
     assert score >= bar, score
 
 
-# Not met by the shipped weights (AR 0.25 here: cat and dog; 0.11 over the card's 87 one-word
-# prompts). Training on short prompts (run twemoji-v9) reached 0.5 here and 0.28 on the card but
-# cost name adherence (0.74 -> 0.67) and still missed "pizza": see the model card.
+@pytest.mark.parametrize("method", ["ar", "mulo"])
+def test_short_names_depict_their_emoji(engine, quality, method):
+    """ "pizza" draws the slice of pizza: a short name conditions on its emoji's name."""
+    assert prompt_adherence(engine, quality, method, SHORT_NAME_PROMPTS) >= 0.75
+
+
+def test_aliases_are_recorded_and_can_be_turned_off(engine):
+    trace = engine.generate("Pizza", "ar", 0).trace
+    assert trace.condition_text == "slice of pizza"
+    assert trace.to_dict()["condition_text"] == "slice of pizza"
+    assert engine.generate("pizza", "ar", 0, {"aliases": False}).trace.condition_text is None
+    # a prompt that names an emoji is never re-routed: "cat" is the cat, not "cat face" (short name cat)
+    assert engine.generate("cat", "ar", 0).trace.condition_text is None
+    assert engine.generate("slice of pizza", "ar", 0).trace.condition_text is None
+
+
+# The models alone (aliases off) do not generalise to one word: AR 0.25 here (cat and dog, which
+# are names), 0.11 over the card's 87 one-word prompts. Training on short prompts (run twemoji-v9)
+# reached 0.5 here and 0.28 on the card but cost name adherence (0.74 -> 0.67): see the model card.
 @pytest.mark.xfail(strict=True, reason="one-word prompts are out of the AR models' training distribution")
 @pytest.mark.parametrize("method", ["ar", "mulo"])
-def test_one_word_prompts_depict_their_emoji(engine, quality, method):
-    assert prompt_adherence(engine, quality, method, ONE_WORD_PROMPTS) >= 0.625
+def test_one_word_prompts_depict_their_emoji_without_aliases(engine, quality, method):
+    assert prompt_adherence(engine, quality, method, ONE_WORD_PROMPTS, {"aliases": False}) >= 0.625
 
 
 def test_acceptance_is_spatially_structured(engine):

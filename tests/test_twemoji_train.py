@@ -34,6 +34,31 @@ def test_short_prompts_leave_out_the_name_itself():
     assert data_mod.describe(rocket, [])[2] == []  # a one-word name is its own short prompt
 
 
+def test_aliases_map_short_names_to_names_but_never_shadow_a_name():
+    entries = [
+        {"name": "SLICE OF PIZZA", "short_names": ["pizza"], "subcategory": "f", "category": "F"},
+        {"name": "CAT FACE", "short_names": ["cat"], "subcategory": "a", "category": "A"},
+        {"name": "CAT", "short_names": ["cat2"], "subcategory": "a", "category": "A"},
+        {"name": "WAVING HAND SIGN", "short_names": ["wave"], "subcategory": "h", "category": "H"},
+    ]
+    variants = [(e, []) for e in entries] + [(entries[3], ["1F3FF"])]
+    data = data_mod.EmojiData(
+        np.zeros((len(variants), 1, 1, 3), np.uint8),
+        [data_mod.describe(e, t)[0] for e, t in variants],
+        ["" for _ in variants],
+        ["k"] * len(variants),
+        np.zeros(len(variants), bool),
+        [data_mod.describe(e, t)[2] for e, t in variants],
+        [data_mod.short_names_of(e, t) for e, t in variants],
+    )
+    assert data_mod.aliases(data) == {
+        "pizza": "slice of pizza",
+        "cat2": "cat",
+        "wave": "waving hand sign",
+        "wave dark skin tone": "waving hand sign dark skin tone",
+    }  # "cat" is an emoji's name, so it is no alias of "cat face"
+
+
 def test_prompt_index_maps_a_short_prompt_to_every_emoji_it_fits():
     names = ["sun with face", "black sun with rays", "slice of pizza"]
     shorts = [["sun", "face"], ["sunny", "black", "sun", "rays"], ["pizza", "slice"]]

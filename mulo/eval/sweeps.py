@@ -17,7 +17,9 @@ from mulo.engine import Engine
 from mulo.eval.bench import measure, prompt_pool, runnable
 from mulo.eval.quality import Quality
 
-TAUS = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
+# tau 2 rejects everything (AR through MuLo-SD's code path), tau 0 accepts every draft token (the
+# drafter and up-sampler alone: the target verifies but its verdict is ignored): the two ends.
+TAUS = (2.0, 0.9, 0.3, 0.1, 0.01, 0.001, 0.0)
 DELTAS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
@@ -25,7 +27,8 @@ def sweep_points() -> dict[str, list[tuple[str, str, dict]]]:
     """{sweep: [(point name, bench label, overrides)]}; names double as plot labels."""
     raster_rejection = 64  # a radius past the grid re-opens everything after t0: raster rejection
     return {
-        "tau": [(f"{label} τ={t}", label, {"tau": t}) for label in ("mulo-v2-r2", "mulo-v2-r4") for t in TAUS]
+        "tau": [(f"{label} τ={t:g}", label, {"tau": t}) for label in ("mulo-v2-r2", "mulo-v2-r4") for t in TAUS]
+        + [(f"mulo-v2-r4 learned τ={t:g}", "mulo-v2-r4", {"tau": t, "upsampler": "learned"}) for t in TAUS]
         + [(f"lantern δ={d}", "lantern", {"delta": d}) for d in DELTAS],
         "pooling": [(f"k={k}", "mulo-v2-r2", {"k": k}) for k in (0, 8, 32, 128)],
         "rejection": [("raster", "mulo-v2-r2", {"radius": raster_rejection})]
@@ -39,12 +42,19 @@ def sweep_points() -> dict[str, list[tuple[str, str, dict]]]:
     }
 
 
-def run_sweep(engine: Engine, points, prompts: list[tuple[str, str]], quality) -> list[dict]:
+def run_sweep(
+    engine: Engine, points, prompts: list[tuple[str, str]], quality, images: dict | None = None
+) -> list[dict]:
+    """One row per point (and AR's); ``images``, when given, receives each point's images."""
     ar = [measure(engine, "ar", prompt, seed=i) for i, (_, prompt) in enumerate(prompts)]
     keys = [key for key, _ in prompts]
     rows = []
+    if images is not None:
+        images["ar"] = [r.image for r in ar]
     for name, label, overrides in points:
         recs = [measure(engine, label, prompt, seed=i, overrides=overrides) for i, (_, prompt) in enumerate(prompts)]
+        if images is not None:
+            images[name] = [r.image for r in recs]
         row = {
             "point": name,
             "label": label,
@@ -82,17 +92,47 @@ def sweep_figure(name: str, rows: list[dict]):
     metric = "fd" if rows and rows[0].get("fd") is not None else "nfe_target"
     fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=150)
     groups: dict[str, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(row["label"], []).append(row)
-    for label, group in groups.items():
+    for row in rows:  # a tau curve per method and up-sampler: the point name less its last word
+        group = row["point"].rsplit(" ", 1)[0] if name == "tau" and " " in row["point"] else row["label"]
+        groups.setdefault(group, []).append(row)
+    for group_name, group in groups.items():
         xs, ys = [g["speedup"] for g in group], [g[metric] for g in group]
-        ax.plot(xs, ys, "o-" if name == "tau" and len(group) > 1 else "o", label=label, ms=5)
+        ax.plot(xs, ys, "o-" if name == "tau" and len(group) > 1 else "o", label=group_name, ms=5)
         for g in group:
-            ax.annotate(g["point"].replace(f"{label} ", ""), (g["speedup"], g[metric]), fontsize=7)
+            ax.annotate(g["point"].replace(f"{group_name} ", ""), (g["speedup"], g[metric]), fontsize=7)
     ax.set_xlabel("speed-up over AR (median of per-request ratios)")
     ax.set_ylabel({"fd": "FD (lower is better)", "nfe_target": "target NFE"}[metric])
     ax.set_title(f"{name}: speed vs quality")
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def images_figure(name: str, images: dict[str, list[np.ndarray]], prompts: list[str], columns: int = 8):
+    """What each point draws: a row per point (AR first), the same prompts and seeds per column."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = ["ar", *[p for p in images if p != "ar"]]
+    gap = 2
+    rows = []
+    for point in order:
+        tiles = [np.pad(im, ((gap, gap), (gap, gap), (0, 0)), constant_values=255) for im in images[point][:columns]]
+        rows.append(np.concatenate(tiles, axis=1))
+    sheet = np.concatenate(rows, axis=0)
+    size = sheet.shape[0] // len(order)
+    fig, ax = plt.subplots(figsize=(0.75 * sheet.shape[1] / size + 2.2, 0.75 * len(order) + 0.6), dpi=110)
+    ax.imshow(sheet)
+    ax.set_yticks([size * (i + 0.5) for i in range(len(order))], order, fontsize=8)
+    ax.set_xticks(
+        [size * (i + 0.5) for i in range(min(columns, len(prompts)))], prompts[:columns], fontsize=7, rotation=30
+    )
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(f"{name}: the images of each point (seed = column)", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -106,9 +146,17 @@ def run_all(engine: Engine, n_prompts: int = 16, out_dir: Path | None = None, na
         if names and name not in names:
             continue
         points = [p for p in points if runnable(engine, p[1], p[2]) is None]
-        results[name] = run_sweep(engine, points, prompts, quality)
+        images: dict[str, list[np.ndarray]] = {}
+        results[name] = run_sweep(engine, points, prompts, quality, images)
         if out_dir:
+            import matplotlib.pyplot as plt
+
             out_dir.mkdir(parents=True, exist_ok=True)
-            sweep_figure(name, results[name]).savefig(out_dir / f"sweep_{name}.png", bbox_inches="tight")
+            for suffix, fig in (
+                ("", sweep_figure(name, results[name])),
+                ("_images", images_figure(name, images, [p for _, p in prompts])),
+            ):
+                fig.savefig(out_dir / f"sweep_{name}{suffix}.png", bbox_inches="tight")
+                plt.close(fig)
             (out_dir / "sweeps.json").write_text(json.dumps(results, indent=1))
     return results

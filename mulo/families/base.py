@@ -7,7 +7,9 @@ vq           the VQ tokenizer shared by every resolution
 upsamplers   {r: learned token up-sampler}; the pixel up/down-sampler is built from vq
 conditioner  prompt -> condition tensor for every AR model of the family:
              ``check(prompt)`` validates cheaply (raises ValueError), ``(prompt, seed)`` computes
-             the condition (seeded where it samples, as Tar's LLM does), ``unknown_words(prompt)``
+             the condition (seeded where it samples, as Tar's LLM does), ``unknown_words(prompt)``,
+             ``alias(prompt)`` (the text to condition on instead, e.g. an emoji's name for its
+             short name, or None)
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ class Family:
     def unknown_words(self, prompt: str) -> list[str]:
         """Words of ``prompt`` the conditioner ignores (reported in the trace's warnings)."""
         return self.conditioner.unknown_words(prompt)
+
+    def alias(self, prompt: str) -> str | None:
+        """The text the family conditions on instead of ``prompt`` when aliases are on, or None."""
+        return self.conditioner.alias(prompt)
 
     def neighbours(self, k: int) -> torch.Tensor:
         """``[V, k]`` nearest codebook neighbours (computed once per codebook, then sliced)."""

@@ -151,6 +151,9 @@ class TarConditioner:
     def unknown_words(self, prompt: str) -> list[str]:
         return []  # a sub-word tokenizer: nothing is unknown
 
+    def alias(self, prompt: str) -> None:
+        return None  # the LLM reads any prompt
+
     def __call__(self, prompt: str, seed: int = 0):
         import torch
 

@@ -34,6 +34,9 @@ class HashedWords:
     def unknown_words(self, prompt: str) -> list[str]:
         return []  # every word hashes to a vector
 
+    def alias(self, prompt: str) -> None:
+        return None
+
     def check(self, prompt: str) -> None:
         if not prompt.split():
             raise ValueError("prompt must not be empty")

@@ -20,6 +20,7 @@ from mulo.models.gpt import GPT, GPTConfig
 from mulo.models.text import MiniCLIP
 from mulo.models.upsample import TokenUpsampler
 from mulo.models.vq import VQTokenizer
+from mulo.train.data import words
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "twemoji"
 FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
@@ -41,10 +42,18 @@ def _gpt(folder: Path, name: str) -> GPT:
 
 
 class PromptConditioner:
-    """Prompt -> mini-CLIP per-word features; remembers the unknown words of the last prompt."""
+    """Prompt -> mini-CLIP per-word features.
 
-    def __init__(self, clip: MiniCLIP):
+    ``aliases`` maps emoji short names to emoji names ("pizza" -> "slice of pizza", from
+    emoji.json): the AR models learnt names, and a short name alone is what people type."""
+
+    def __init__(self, clip: MiniCLIP, aliases: dict[str, str] | None = None):
         self.clip = clip
+        self.aliases = dict(aliases or {})
+
+    def alias(self, prompt: str) -> str | None:
+        """The emoji name ``prompt`` is a short name of, or None."""
+        return self.aliases.get(" ".join(words(prompt)))
 
     def check(self, prompt: str) -> None:
         self.clip.check_prompt(prompt)
@@ -76,12 +85,13 @@ def build(folder: str | Path = ASSETS) -> Family:
         upsamplers[r] = TokenUpsampler(**config)
         upsamplers[r].load_state_dict(state)
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
+    aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
     family = Family(
         "twemoji",
         _gpt(folder, "target"),
         {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
         VQTokenizer(vq),
-        PromptConditioner(clip.eval()),
+        PromptConditioner(clip.eval(), aliases),
         draft_model=_gpt(folder, "draft_model"),
         upsamplers=upsamplers,
         defaults=defaults,

@@ -142,7 +142,8 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
 
 def _short_prompt_adherence(engine, data: EmojiData, clip, prompts, retrieval, seed: int) -> dict:
     """Adherence to one-word prompts, what people type: each evaluation emoji's first short prompt
-    ("apple" for "red apple"), counted adherent when the top-5 texts hold any emoji it fits."""
+    ("apple" for "red apple"), counted adherent when the top-5 texts hold any emoji it fits; with
+    short names resolved to their emoji's name (the default) and without (``raw``)."""
     texts, text_keys, text_embeddings = retrieval
     fits = prompt_index(data.names, data.keys, data.short_prompts)
     first = {}
@@ -152,7 +153,12 @@ def _short_prompt_adherence(engine, data: EmojiData, clip, prompts, retrieval, s
     out = {"prompts": len(asked), "examples": asked[:12]}
     if not asked:  # smoke runs: a handful of emoji, possibly none with a short prompt
         return out
-    for label, method, knobs in (("ar", "ar", {}), ("mulo-r2", "mulo", {"r": 2})):
+    runs = [
+        (label + raw, method, {**knobs, "aliases": not raw})
+        for label, method, knobs in (("ar", "ar", {}), ("mulo-r2", "mulo", {"r": 2}))
+        for raw in ("", " raw")
+    ]
+    for label, method, knobs in runs:  # raw: the models alone, short names not resolved
         images = np.stack([engine.generate(p, method, seed + i, knobs).image for i, p in enumerate(asked)])
         wanted = [fits[p] for p in asked]
         out[label] = round(adherence(clip, images, wanted, texts, text_keys, text_embeddings=text_embeddings), 4)
@@ -242,7 +248,9 @@ def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, si
         f"One-word prompts, what people type ({short['prompts']} prompts: each evaluation emoji's first short "
         f"prompt, e.g. {', '.join(repr(p) for p in short['examples'][:6])}; adherent when the top-5 texts "
         f"include any emoji the prompt fits, e.g. any of the six sun emoji for 'sun'): "
-        f"AR {_fmt(short['ar'])}, MuLo-SD r = 2 {_fmt(short['mulo-r2'])}."
+        f"AR {_fmt(short['ar'])}, MuLo-SD r = 2 {_fmt(short['mulo-r2'])} as shipped, where a short name "
+        f"conditions on its emoji's name (`aliases.json`, from emoji.json: 'pizza' -> 'slice of pizza'); the "
+        f"models alone (`--no-aliases`): AR {_fmt(short.get('ar raw'))}, MuLo-SD {_fmt(short.get('mulo-r2 raw'))}."
         if "ar" in short
         else ""
     )

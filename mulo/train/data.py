@@ -51,6 +51,8 @@ class EmojiData:
     # alone ("pizza" for "slice of pizza") and every content word of the name alone ("sun" for "sun
     # with face"). What people type, and never the name or the whole description.
     short_prompts: list[list[str]] = field(default_factory=list)
+    # emoji.json's short names (":pizza:" -> "pizza"), each with a variant's skin tones.
+    short_names: list[list[str]] = field(default_factory=list)
 
     def subset(self, mask: np.ndarray) -> EmojiData:
         idx = np.flatnonzero(mask)
@@ -62,6 +64,7 @@ class EmojiData:
             pick(self.keys),
             self.is_val[idx],
             pick(self.short_prompts),
+            pick(self.short_names),
         )
 
     @property
@@ -78,11 +81,17 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
+def short_names_of(entry: dict, tones: list[str]) -> list[str]:
+    """emoji.json's short names of an entry as words, with the skin tones of a variant appended."""
+    tone_words = [SKIN_TONES[t] for t in tones]
+    return [" ".join(words(" ".join([s, *tone_words]))) for s in entry["short_names"]]
+
+
 def describe(entry: dict, tones: list[str]) -> tuple[str, str, list[str]]:
     """(name, full text, short prompts) of one emoji entry, with the skin tones of a variant appended."""
     tone_words = [SKIN_TONES[t] for t in tones]
     name = " ".join(words(" ".join([entry["name"], *tone_words])))
-    short_names = [" ".join(words(" ".join([s, *tone_words]))) for s in entry["short_names"]]
+    short_names = short_names_of(entry, tones)
     parts = [name, *short_names, entry["subcategory"], entry["category"]]
     seen, out = set(), []
     for word in words(" ".join(parts)):
@@ -94,6 +103,19 @@ def describe(entry: dict, tones: list[str]) -> tuple[str, str, list[str]]:
     singles = [" ".join(words(" ".join([w, *tone_words]))) for w in singles]
     short_prompts = list(dict.fromkeys(s for s in [*short_names, *singles] if s and s != name))
     return name, " ".join(out), short_prompts
+
+
+def aliases(data: EmojiData) -> dict[str, str]:
+    """Short name -> emoji name, for every short name that is not itself some emoji's name
+    ("pizza" -> "slice of pizza"; "cat" stays the cat, not "cat face", whose short name it is).
+    What an emoji picker resolves ":pizza:" with; a short name naming two emoji is left out."""
+    names = set(data.names)
+    found: dict[str, set[str]] = {}
+    for name, shorts in zip(data.names, data.short_names, strict=True):
+        for short in shorts:
+            if short and short not in names:
+                found.setdefault(short, set()).add(name)
+    return {short: next(iter(targets)) for short, targets in sorted(found.items()) if len(targets) == 1}
 
 
 def pack_prompts(prompts: list[list[str]]) -> np.ndarray:
@@ -138,7 +160,7 @@ def build(tarball: Path) -> EmojiData:
             for m in tar.getmembers()
             if m.name.startswith("package/img/twitter/64/") and m.name.endswith(".png")
         }
-    images, names, texts, keys, short_prompts = [], [], [], [], []
+    images, names, texts, keys, short_prompts, short_names = [], [], [], [], [], []
     for entry in sorted(entries, key=lambda e: e["sort_order"]):
         variants = [(entry["image"], [])]
         for tones, var in (entry.get("skin_variations") or {}).items():
@@ -152,9 +174,10 @@ def build(tarball: Path) -> EmojiData:
             texts.append(text)
             keys.append(entry["unified"])
             short_prompts.append(short)
+            short_names.append(short_names_of(entry, tones))
     rng = np.random.default_rng(SPLIT_SEED)
     is_val = rng.random(len(images)) < VAL_FRACTION
-    return EmojiData(np.stack(images), names, texts, keys, is_val, short_prompts)
+    return EmojiData(np.stack(images), names, texts, keys, is_val, short_prompts, short_names)
 
 
 def load(cache: str | Path) -> EmojiData:
@@ -163,7 +186,7 @@ def load(cache: str | Path) -> EmojiData:
     npz = cache / "twemoji.npz"
     if npz.exists():
         with np.load(npz) as z:
-            stale = "short_prompts" not in z.files  # cached by an older version: rebuild from the package
+            stale = "short_names" not in z.files  # cached by an older version: rebuild from the package
         if stale:
             npz.unlink()
     if not npz.exists():
@@ -176,7 +199,9 @@ def load(cache: str | Path) -> EmojiData:
             keys=np.array(data.keys),
             is_val=data.is_val,
             short_prompts=pack_prompts(data.short_prompts),
+            short_names=pack_prompts(data.short_names),
         )
     with np.load(npz) as z:
         texts = (z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist())
-        return EmojiData(z["images"], *texts, z["is_val"], unpack_prompts(z["short_prompts"]))
+        packed = (unpack_prompts(z["short_prompts"]), unpack_prompts(z["short_names"]))
+        return EmojiData(z["images"], *texts, z["is_val"], *packed)

@@ -484,6 +484,7 @@ class Pipeline:
             )
         (self.assets / "training_report.json").write_text(json.dumps(self.report, indent=1))
         (self.assets / "defaults.json").write_text(json.dumps(DEFAULTS, indent=1))
+        (self.assets / "aliases.json").write_text(json.dumps(data_mod.aliases(self.data), indent=0))
 
     def card(self) -> None:
         from mulo.families import twemoji as family_mod
