@@ -94,6 +94,36 @@ def test_mulo_tau_above_one_rejects_every_token_and_still_completes(engine):
     assert ((result.tokens >= 0) & (result.tokens < toy.VOCAB)).all()
 
 
+@pytest.mark.parametrize("resampling", ["raster", "islands"])
+def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resampling):
+    """Every image slot a resampling query attends to holds the K/V of the token finally
+    committed there: a resampled token is written into the cache before anything attends to it,
+    even when the position after it is kept (the last token of an island row)."""
+    from mulo.runner import ModelRunner
+
+    calls = []
+    feed = ModelRunner.feed
+
+    def spy(self, positions, tokens, mask):
+        if self.model is engine.family.target:
+            calls.append((positions.clone(), mask.clone(), self.fed.clone(), self.n_cond))
+        return feed(self, positions, tokens, mask)
+
+    monkeypatch.setattr(ModelRunner, "feed", spy)
+    result = tokens(engine, "mulo", seed=5, tau=0.001, radius=0, rows_per_block=4, resampling=resampling)
+    final = result.tokens.reshape(-1)
+    rnd = result.trace.rounds[0]
+    assert len(result.trace.rounds) == 1 and 0 < rnd.reopened.mean() < 1  # kept and re-opened tokens
+    checked = 0
+    for positions, mask, fed, n_cond in calls[1:]:  # calls[0]: the verification pass
+        for q in range(len(positions)):
+            visible = mask[q, n_cond:].nonzero()[:, 0]
+            for s in visible[~torch.isin(visible, positions)].tolist():
+                assert fed[s] == final[s], (resampling, int(positions[q]), s)
+                checked += 1
+    assert checked > 0
+
+
 MULO_CONFIGS = [
     dict(tau=0.02, radius=1, resampling="islands"),
     dict(tau=0.02, radius=0, resampling="raster"),

@@ -177,7 +177,14 @@ def resample(ctx: DecodeContext, target, seq, probs_t0, t0: int, reopened, label
         ready = torch.tensor(ready_in_islands(unresolved, labels, width, cfg.island_window))
         final = ~unresolved
         inputs = ready - 1
-        logits = target.feed(inputs, seq[inputs], target.final_mask(inputs, final))
+        # A token resampled in an earlier wave is written into the cache when it is fed as the
+        # next position's input; where that position is kept (an island row's last token), its
+        # slot still holds the rejected draft's K/V, so write it now, in the same pass.
+        limit = int(inputs.max())
+        unwritten = (target.fed[:limit] != seq[:limit]) & final[:limit]
+        unwritten[inputs[inputs < limit]] = False
+        positions = torch.cat([unwritten.nonzero()[:, 0], inputs])
+        logits = target.feed(positions, seq[positions], target.final_mask(positions, final))[-len(inputs) :]
         seq[ready] = ctx.sample(target.probs(logits))
         unresolved[ready] = False
         waves[ready] = wave
