@@ -120,6 +120,9 @@ def test_aliases_are_recorded_and_can_be_turned_off(engine):
     # a prompt that names an emoji is never re-routed: "cat" is the cat, not "cat face" (short name cat)
     assert engine.generate("cat", "ar", 0).trace.condition_text is None
     assert engine.generate("slice of pizza", "ar", 0).trace.condition_text is None
+    from mulo.ui import stats_markdown
+
+    assert "conditioned on *slice of pizza*" in stats_markdown(trace, None)  # the app says so
 
 
 # The models alone (aliases off) do not generalise to one word: AR 0.25 here (cat and dog, which

@@ -100,6 +100,14 @@ def sweep_figure(name: str, rows: list[dict]):
         ax.plot(xs, ys, "o-" if name == "tau" and len(group) > 1 else "o", label=group_name, ms=5)
         for g in group:
             ax.annotate(g["point"].replace(f"{group_name} ", ""), (g["speedup"], g[metric]), fontsize=7)
+    speedups = [row["speedup"] for row in rows]
+    if speedups and max(speedups) > 4 * min(speedups):  # tau 0 sits far right of the rest
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xscale("log")
+        ticks = [t for t in (0.25, 0.5, 1, 2, 4, 8, 16) if min(speedups) / 1.5 <= t <= max(speedups) * 1.5]
+        ax.set_xticks(ticks, [f"{t:g}×" for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("speed-up over AR (median of per-request ratios)")
     ax.set_ylabel({"fd": "FD (lower is better)", "nfe_target": "target NFE"}[metric])
     ax.set_title(f"{name}: speed vs quality")
