@@ -70,6 +70,15 @@ def test_sweep_points_cover_the_ablations_and_run(toy, tmp_path):
     assert (tmp_path / "sweep_rejection.png").exists() and (tmp_path / "sweep_rejection_images.png").exists()
 
 
+def test_pooling_sweep_fits_the_codebook():
+    """k must stay below the codebook size (the 32-code twemoji VQ rejects k = 32 and 128)."""
+    assert sweeps.pooling_ks(512) == [0, 8, 32, 128]
+    assert sweeps.pooling_ks(32) == [0, 1, 2, 8]
+    assert sweeps.pooling_ks(4) == [0, 1]
+    points = sweeps.sweep_points(32)["pooling"]
+    assert [p[2]["k"] for p in points] == [0, 1, 2, 8]
+
+
 def test_cli_rejects_unknown_labels_in_one_line():
     proc = run_cli("bench", "--family", "toy", "--methods", "ar,eagle")
     assert proc.returncode == 2

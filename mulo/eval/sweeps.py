@@ -23,14 +23,20 @@ TAUS = (2.0, 0.9, 0.3, 0.1, 0.01, 0.001, 0.0)
 DELTAS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
-def sweep_points() -> dict[str, list[tuple[str, str, dict]]]:
-    """{sweep: [(point name, bench label, overrides)]}; names double as plot labels."""
+def pooling_ks(vocab_size: int) -> list[int]:
+    """Pooling off, then about 1/64, 1/16 and 1/4 of the codebook (512 codes: 0, 8, 32, 128)."""
+    return sorted({0} | {min(vocab_size - 1, max(1, round(vocab_size / d))) for d in (64, 16, 4)})
+
+
+def sweep_points(vocab_size: int = 512) -> dict[str, list[tuple[str, str, dict]]]:
+    """{sweep: [(point name, bench label, overrides)]} for a codebook of ``vocab_size`` codes;
+    names double as plot labels."""
     raster_rejection = 64  # a radius past the grid re-opens everything after t0: raster rejection
     return {
         "tau": [(f"{label} τ={t:g}", label, {"tau": t}) for label in ("mulo-v2-r2", "mulo-v2-r4") for t in TAUS]
         + [(f"mulo-v2-r4 learned τ={t:g}", "mulo-v2-r4", {"tau": t, "upsampler": "learned"}) for t in TAUS]
         + [(f"lantern δ={d}", "lantern", {"delta": d}) for d in DELTAS],
-        "pooling": [(f"k={k}", "mulo-v2-r2", {"k": k}) for k in (0, 8, 32, 128)],
+        "pooling": [(f"k={k}", "mulo-v2-r2", {"k": k}) for k in pooling_ks(vocab_size)],
         "rejection": [("raster", "mulo-v2-r2", {"radius": raster_rejection})]
         + [(f"local l={r}", "mulo-v2-r2", {"radius": r}) for r in (0, 1, 2, 3)],
         "resampling": [("sequential (v1)", "mulo-v2-r2", {"resampling": "raster"}), ("islands (v2)", "mulo-v2-r2", {})],
@@ -150,7 +156,7 @@ def run_all(engine: Engine, n_prompts: int = 16, out_dir: Path | None = None, na
     quality = Quality.for_family(engine.family)
     prompts = prompt_pool(quality)[:n_prompts]
     results = {}
-    for name, points in sweep_points().items():
+    for name, points in sweep_points(engine.family.target.cfg.vocab_size).items():
         if names and name not in names:
             continue
         points = [p for p in points if runnable(engine, p[1], p[2]) is None]
