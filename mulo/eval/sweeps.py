@@ -28,7 +28,7 @@ def pooling_ks(vocab_size: int) -> list[int]:
     return sorted({0} | {min(vocab_size - 1, max(1, round(vocab_size / d))) for d in (64, 16, 4)})
 
 
-def sweep_points(vocab_size: int = 512) -> dict[str, list[tuple[str, str, dict]]]:
+def sweep_points(vocab_size: int) -> dict[str, list[tuple[str, str, dict]]]:
     """{sweep: [(point name, bench label, overrides)]} for a codebook of ``vocab_size`` codes;
     names double as plot labels."""
     raster_rejection = 64  # a radius past the grid re-opens everything after t0: raster rejection
@@ -156,7 +156,7 @@ def run_all(engine: Engine, n_prompts: int = 16, out_dir: Path | None = None, na
     quality = Quality.for_family(engine.family)
     prompts = prompt_pool(quality)[:n_prompts]
     results = {}
-    for name, points in sweep_points(engine.family.target.cfg.vocab_size).items():
+    for name, points in sweep_points(engine.family.vocab_size).items():
         if names and name not in names:
             continue
         points = [p for p in points if runnable(engine, p[1], p[2]) is None]
