@@ -79,13 +79,13 @@ def build_demo() -> gr.Blocks:
                         info="also run a baseline on the same request",
                     )
                 knobs = []
-                defaults = default_config()
+                defaults, limits = default_config(), ui.default_limits()
                 with gr.Row():
                     for knob in KNOBS[:8]:
-                        knobs.append(knob_component(knob, defaults[knob[0]]))
+                        knobs.append(knob_component(knob, defaults[knob[0]], limits))
                 with gr.Row():
                     for knob in KNOBS[8:]:
-                        knobs.append(knob_component(knob, defaults[knob[0]]))
+                        knobs.append(knob_component(knob, defaults[knob[0]], limits))
             with gr.Row(equal_height=True):
                 with gr.Column():
                     img_ar = gr.Image(label="baseline AR", elem_id="ar", format="png", interactive=False, height=280)
@@ -147,6 +147,7 @@ def build_demo() -> gr.Blocks:
 
         round_outputs = [r_draft, r_tokens, r_overlay, r_islands, r_final, r_canvas, round_md, timeline]
         private = dict(api_visibility="private")
+        family.input(ui.family_knobs, family, knobs, **private)  # its recommended values and ranges
         randomize.click(lambda: int(np.random.default_rng().integers(0, 2**31)), None, seed, **private)
         gen = run.click(
             generate,

@@ -88,13 +88,42 @@ INT_KNOBS = {
 }
 
 
-def knob_component(knob: tuple, value) -> gr.components.Component:
+def knob_limits(vocab_size: int) -> dict[str, int]:
+    """Slider maxima that depend on the family's codebook: pooling needs k < V, top-k <= V."""
+    return {"k": min(64, vocab_size - 1), "top_k": min(512, vocab_size)}
+
+
+def knob_component(knob: tuple, value, limits: dict | None = None) -> gr.components.Component:
     """The input of one ``KNOBS`` entry: a radio over its choices or a slider over its range."""
-    _, label, info, spec = knob
+    name, label, info, spec = knob
     if isinstance(spec, list):
         return gr.Radio(spec, value=value, label=label, info=info)
     low, high, step = spec
-    return gr.Slider(low, high, value=value, step=step, label=label, info=info)
+    high = (limits or {}).get(name, high)
+    return gr.Slider(low, high, value=min(value, high), step=step, label=label, info=info)
+
+
+def family_knobs(family: str) -> list:
+    """Updates of every ``KNOBS`` input when the family changes: its recommended values, and
+    slider ranges that fit its codebook (a missing family is a gr.Error from ``engine_for``)."""
+    engine = engine_for(family)
+    defaults = engine.make_config(None).to_dict()
+    limits = knob_limits(engine.family.vocab_size)
+    updates = []
+    for name, *_ in KNOBS:
+        if name in limits:
+            updates.append(gr.update(value=min(defaults[name], limits[name]), maximum=limits[name]))
+        else:
+            updates.append(gr.update(value=defaults[name]))
+    return updates
+
+
+def default_limits() -> dict:
+    """Slider maxima for the default family (the widest ranges when it is not installed)."""
+    try:
+        return knob_limits(engine_for(DEFAULT_FAMILY).family.vocab_size)
+    except gr.Error:
+        return {}
 
 
 METRICS_LEGEND = """

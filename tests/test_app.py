@@ -86,6 +86,17 @@ def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
     assert final[-1]["views"]["MuLo-SD"].trace is not None
 
 
+def test_switching_family_shows_its_defaults_and_codebook_ranges():
+    names = [name for name, *_ in app.KNOBS]
+    toy = dict(zip(names, app.ui.family_knobs("toy"), strict=True))
+    twemoji = dict(zip(names, app.ui.family_knobs("twemoji"), strict=True))
+    assert toy["cfg"]["value"] == 4.0 and twemoji["cfg"]["value"] == 1.0  # each family's recommendation
+    assert twemoji["k"]["maximum"] == 31 and twemoji["top_k"]["maximum"] == 32  # 32 codes: k < 32
+    assert toy["k"]["maximum"] == 64 and toy["top_k"]["maximum"] == 128
+    with pytest.raises(gr.Error, match="family must be one of"):
+        app.ui.family_knobs("nope")
+
+
 def test_rounds_scrub_and_latency(finished):
     state = finished[1][-1]
     pick, slider, latency = app.after_generate(state)

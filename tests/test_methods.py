@@ -25,8 +25,11 @@ def test_greedy_lossless_methods_equal_greedy_ar(engine, method):
 
 
 @pytest.mark.parametrize("resampling", ["raster", "islands"])
-@pytest.mark.parametrize("rows_per_block,drafting", [(1, "sequential"), (2, "sequential"), (0, "zipar")])
-def test_mulo_rejecting_everything_is_exact_greedy_ar(engine, resampling, rows_per_block, drafting):
+@pytest.mark.parametrize(
+    "rows_per_block,drafting,island_window",
+    [(1, "sequential", 0), (2, "sequential", 0), (0, "zipar", 0), (0, "zipar", 8)],
+)
+def test_mulo_rejecting_everything_is_exact_greedy_ar(engine, resampling, rows_per_block, drafting, island_window):
     """With tau > 1 every draft is rejected and the whole block resampled by the target with
     exactly the raster context, so greedy MuLo-SD must reproduce greedy AR token for token:
     this checks verification, local rejection, cache refresh and the island masks together."""
@@ -39,6 +42,7 @@ def test_mulo_rejecting_everything_is_exact_greedy_ar(engine, resampling, rows_p
         resampling=resampling,
         rows_per_block=rows_per_block,
         drafting=drafting,
+        island_window=island_window,  # a full-row window: no row starts early, so raster order
         **GREEDY,
     )
     assert torch.equal(result.tokens, ar)
@@ -94,8 +98,8 @@ def test_mulo_tau_above_one_rejects_every_token_and_still_completes(engine):
     assert ((result.tokens >= 0) & (result.tokens < toy.VOCAB)).all()
 
 
-@pytest.mark.parametrize("resampling", ["raster", "islands"])
-def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resampling):
+@pytest.mark.parametrize("resampling,island_window,radius", [("raster", 0, 0), ("islands", 0, 0), ("islands", 2, 1)])
+def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resampling, island_window, radius):
     """Every image slot a resampling query attends to holds the K/V of the token finally
     committed there: a resampled token is written into the cache before anything attends to it,
     even when the position after it is kept (the last token of an island row)."""
@@ -110,7 +114,16 @@ def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resamp
         return feed(self, positions, tokens, mask)
 
     monkeypatch.setattr(ModelRunner, "feed", spy)
-    result = tokens(engine, "mulo", seed=5, tau=0.001, radius=0, rows_per_block=4, resampling=resampling)
+    result = tokens(
+        engine,
+        "mulo",
+        seed=5,
+        tau=0.001,
+        radius=radius,
+        rows_per_block=4,
+        resampling=resampling,
+        island_window=island_window,
+    )
     final = result.tokens.reshape(-1)
     rnd = result.trace.rounds[0]
     assert len(result.trace.rounds) == 1 and 0 < rnd.reopened.mean() < 1  # kept and re-opened tokens
@@ -186,6 +199,20 @@ def test_island_waves_run_islands_in_parallel(engine):
         sizes = [int((rnd.islands == k).sum()) for k in range(1, rnd.n_islands + 1)]
         assert rnd.resampled.max() <= max(sizes) + 1  # waves bounded by the largest island (+ t0)
         assert rnd.resampled.max() < rnd.reopened.sum()
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_island_window_starts_rows_early_on_a_proxy_input(engine, window):
+    """ZipAR inside one island covering the whole grid: token (i, j) comes in wave i*s + j + 1,
+    so rows overlap (the first token of a row is sampled before the row above is finished,
+    from a proxy input) and the island takes W + (H-1)s waves instead of H*W."""
+    h, w = toy.GRID, toy.GRID
+    result = tokens(engine, "mulo", tau=1.5, drafting="zipar", rows_per_block=0, island_window=window)
+    (rnd,) = result.trace.rounds
+    rows, cols = np.indices((h, w))
+    assert np.array_equal(rnd.resampled, rows * window + cols + 1)
+    assert rnd.nfe["target"] == 2 + (h - 1) * window + w - 1  # prefill + verification + waves after the first
+    assert (result.tokens >= 0).all()
 
 
 def test_sequential_drafting_costs_one_drafter_pass_per_low_res_token(engine):

@@ -135,6 +135,7 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):
     assert metrics["methods"]["real images"]["fd"] == 0 and metrics["methods"]["VQ reconstructions"]["fd"] > 0
     assert {"acceptance_flat", "acceptance_detail"} <= set(metrics["methods"]["mulo-r2"])
     assert all(0 <= report["vq"][f"val_draft_agreement_r{r}"] <= 1 for r in (2, 4))
+    assert all(0 <= report["vq"][f"val_resize_agreement_r{r}"] <= 1 for r in (2, 4))
     reference = np.load(assets / "eval_reference.npz")  # the metrics' inputs, shipped: no data set needed
     assert reference["features"].shape[0] == len(reference["keys"]) == metrics["prompts"]
     assert set(reference["keys"]) <= set(reference["text_keys"])

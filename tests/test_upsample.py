@@ -36,3 +36,16 @@ def test_vq_round_trip_shapes(toy):
     images = toy.vq.decode(tokens)
     assert images.shape == (1, 3, 32, 32) and images.min() >= 0 and images.max() <= 1
     assert toy.vq.encode(images).shape == (1, 8, 8)
+
+
+def test_upsampling_agreement_of_a_perfect_drafter(toy):
+    from mulo.eval.ceilings import upsampling_agreement
+
+    side = toy.grid[0] * toy.vq.downsample
+    flat = torch.ones(3, 3, side, side) * torch.tensor([0.1, 0.5, 0.9])[:, None, None, None]
+    # a flat image survives area down-sizing and bicubic up-sizing unchanged: every code returns
+    assert upsampling_agreement(toy.vq, toy.upsampler("pixel", 2), flat, 2)["from_pixels"] == 1.0
+    noise = torch.rand(3, 3, side, side, generator=torch.Generator().manual_seed(0))
+    for kind in ("pixel", "learned"):
+        shares = upsampling_agreement(toy.vq, toy.upsampler(kind, 2), noise, 2)
+        assert 0.0 <= shares["from_tokens"] <= 1.0 and shares["from_pixels"] < 1.0

@@ -39,7 +39,8 @@ def sweep_points(vocab_size: int) -> dict[str, list[tuple[str, str, dict]]]:
         "pooling": [(f"k={k}", "mulo-v2-r2", {"k": k}) for k in pooling_ks(vocab_size)],
         "rejection": [("raster", "mulo-v2-r2", {"radius": raster_rejection})]
         + [(f"local l={r}", "mulo-v2-r2", {"radius": r}) for r in (0, 1, 2, 3)],
-        "resampling": [("sequential (v1)", "mulo-v2-r2", {"resampling": "raster"}), ("islands (v2)", "mulo-v2-r2", {})],
+        "resampling": [("sequential (v1)", "mulo-v2-r2", {"resampling": "raster"}), ("islands (v2)", "mulo-v2-r2", {})]
+        + [(f"islands, ZipAR s={s}", "mulo-v2-r2", {"island_window": s}) for s in (8, 4)],
         "upsampler": [
             ("pixel", "mulo-v2-r2", {"upsampler": "pixel"}),
             ("learned", "mulo-v2-r2", {"upsampler": "learned"}),

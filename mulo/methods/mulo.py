@@ -50,25 +50,46 @@ def draft_rows(ctx: DecodeContext, drafter, y: torch.Tensor, rows: tuple[int, in
 def ready_in_islands(unresolved: torch.Tensor, labels: torch.Tensor, width: int, window: int) -> list[int]:
     """Positions resampled in the next wave (flat raster indices).
 
-    A re-opened position u = (i, j) is ready when its input token u-1 is final and every
-    unresolved position of its island before it lies in a row above at column >= j + window
-    (window 0: u is its island's first unresolved position, i.e. raster order per island).
+    Window 0: each island advances in raster order, one position per wave, and a position waits
+    for its input token u-1 to be final (the first token of an island row waits for the last
+    token of the row above). Window s > 0 (ZipAR inside islands): u = (i, j) is ready once every
+    unresolved position of its island before it lies in a row above at column >= j + s; a row's
+    first token then starts before the row above is finished, on a proxy input (see
+    ``proxy_inputs``), so an island of R rows takes about W + (R-1)s waves instead of R*W.
     """
+    open_ = unresolved.numpy()
+    cells = np.flatnonzero(open_)  # raster order
+    island_of = labels.numpy()[cells]
     ready = []
-    for island in torch.unique(labels[unresolved]).tolist():
-        todo = ((labels == island) & unresolved).nonzero()[:, 0].tolist()
-        for idx, u in enumerate(todo):
-            if u > 0 and bool(unresolved[u - 1]):
-                continue
-            row, col = divmod(u, width)
-            earlier = todo[:idx]
-            if window == 0:
-                if not earlier:
-                    ready.append(u)
-                break
-            if all(v // width < row and v % width >= col + window for v in earlier):
+    for island in np.unique(island_of):
+        todo = cells[island_of == island]
+        if window == 0:
+            u = int(todo[0])
+            if u == 0 or not open_[u - 1]:
                 ready.append(u)
+            continue
+        above = np.inf  # smallest unresolved column in the island's rows above
+        row_starts = todo[np.r_[True, np.diff(todo // width) > 0]]  # first unresolved per row
+        for u in row_starts.tolist():
+            col = u % width
+            input_final = u == 0 or col == 0 or not open_[u - 1]  # col 0: proxy input
+            if input_final and above >= col + window:
+                ready.append(u)
+            above = min(above, col)
     return sorted(ready)
+
+
+def proxy_inputs(seq: torch.Tensor, inputs: torch.Tensor, unresolved: torch.Tensor, width: int) -> torch.Tensor:
+    """The tokens fed at ``inputs``: the final token there, or, where it is still unresolved
+    (the last slot of a row whose next row starts early), ZipAR's proxy: the latest final token
+    of that row. The true token overwrites the proxy's K/V once it is resampled."""
+    tokens = seq[inputs].clone()
+    for q, v in enumerate(inputs.tolist()):
+        if bool(unresolved[v]):
+            start = v - v % width
+            final_in_row = (~unresolved[start : v + 1]).nonzero()[:, 0]
+            tokens[q] = seq[start + int(final_in_row[-1])] if len(final_in_row) else seq[v]
+    return tokens
 
 
 def generate(ctx: DecodeContext):
@@ -183,8 +204,10 @@ def resample(ctx: DecodeContext, target, seq, probs_t0, t0: int, reopened, label
         limit = int(inputs.max())
         unwritten = (target.fed[:limit] != seq[:limit]) & final[:limit]
         unwritten[inputs[inputs < limit]] = False
-        positions = torch.cat([unwritten.nonzero()[:, 0], inputs])
-        logits = target.feed(positions, seq[positions], target.final_mask(positions, final))[-len(inputs) :]
+        rewrite = unwritten.nonzero()[:, 0]
+        positions = torch.cat([rewrite, inputs])
+        fed = torch.cat([seq[rewrite], proxy_inputs(seq, inputs, unresolved, width)])
+        logits = target.feed(positions, fed, target.final_mask(positions, final))[-len(inputs) :]
         seq[ready] = ctx.sample(target.probs(logits))
         unresolved[ready] = False
         waves[ready] = wave
