@@ -82,13 +82,15 @@ def ready_in_islands(unresolved: torch.Tensor, labels: torch.Tensor, width: int,
 def proxy_inputs(seq: torch.Tensor, inputs: torch.Tensor, unresolved: torch.Tensor, width: int) -> torch.Tensor:
     """The tokens fed at ``inputs``: the final token there, or, where it is still unresolved
     (the last slot of a row whose next row starts early), ZipAR's proxy: the latest final token
-    of that row. The true token overwrites the proxy's K/V once it is resampled."""
+    of that row. The true token overwrites the proxy's K/V once it is resampled. The row always
+    has a final token: its column 0 touches the next row's column 0, so it is in the same island,
+    and ``ready_in_islands`` starts that next row only once the island's columns < window are final."""
     tokens = seq[inputs].clone()
     for q, v in enumerate(inputs.tolist()):
         if bool(unresolved[v]):
             start = v - v % width
             final_in_row = (~unresolved[start : v + 1]).nonzero()[:, 0]
-            tokens[q] = seq[start + int(final_in_row[-1])] if len(final_in_row) else seq[v]
+            tokens[q] = seq[start + int(final_in_row[-1])]
     return tokens
 
 

@@ -287,6 +287,8 @@ class Pipeline:
         out = {}
         for size in (64, 32, 16):
             x = resize(val, size).to(self.device)
+            if size == 64:
+                x64 = x
             codes = tok.encode(x)
             mse = float(((tok.decode(codes) - x) ** 2).mean())
             out[f"val_psnr_{size}px"] = round(10 * np.log10(1 / max(mse, 1e-10)), 2)
@@ -294,7 +296,6 @@ class Pipeline:
         # What a perfect drafter could get accepted at k = 0: the share of the 64 px codes that the
         # pixel up-sampler (whole image at once) reproduces from the 64 / r px encoding, and, for
         # comparison, from the 64 / r px image itself with no low-res VQ.
-        x64 = resize(val, 64).to(self.device)
         for r in (2, 4):
             shares = upsampling_agreement(tok, PixelUpsampler(tok, r), x64, r)
             out[f"val_draft_agreement_r{r}"] = round(shares["from_tokens"], 4)
