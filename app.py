@@ -15,7 +15,8 @@ import gradio as gr
 import numpy as np
 
 from mulo import ui
-from mulo.families import FAMILIES, TAR_VARIANTS
+from mulo.inputs import RawDropdown, RawText, SeedBox
+from mulo.trace import MAX_TRACE_BYTES
 from mulo.ui import (  # noqa: F401  (re-exported: the handlers are app.generate, app.show_round, ...)
     BASELINES,
     DISPLAY,
@@ -41,16 +42,32 @@ from mulo.ui import (  # noqa: F401  (re-exported: the handlers are app.generate
 )
 
 
+class Demo(gr.Blocks):
+    """The app's Blocks. Over raw HTTP, gradio wants a value for every input and answers a short
+    list with an error it hides from the caller (``{"error": null}``); ``/generate`` documents
+    every input after prompt and seed as optional, so those are filled with None (the family's
+    value) and a call without prompt and seed is told so."""
+
+    def validate_inputs(self, block_fn, inputs: list) -> None:
+        wanted = len(block_fn.inputs)
+        if block_fn.api_name == "generate" and len(inputs) < wanted:
+            if len(inputs) < 2:
+                raise gr.Error(f"/generate needs at least prompt and seed (got {len(inputs)} of {wanted} inputs)")
+            inputs.extend([None] * (wanted - len(inputs)))
+        super().validate_inputs(block_fn, inputs)
+
+
 # -- layout -------------------------------------------------------------------------------------
 def build_demo() -> gr.Blocks:
-    with gr.Blocks(title="mulo: AR vs MuLo-SD", fill_width=True) as demo:
+    # gradio's copies of the files we send are deleted after an hour, checked every ten minutes
+    with Demo(title="mulo: AR vs MuLo-SD", fill_width=True, delete_cache=(600, 3600)) as demo:
         gr.Markdown("# mulo: plain AR vs MuLo-SD, every round visible")
         with gr.Accordion("How MuLo-SD works", open=False):
             gr.Markdown(EXPLAINER)
-        state = gr.State()
+        state = gr.State(time_to_live=ui.STATE_TTL_S)
         with gr.Tab("Generate"):
             with gr.Row():
-                prompt = gr.Textbox(
+                prompt = RawText(
                     "red apple",
                     label="prompt",
                     elem_id="prompt",
@@ -58,21 +75,21 @@ def build_demo() -> gr.Blocks:
                     max_lines=1,
                     info="words the family knows; unknown words are reported",
                 )
-                seed = gr.Number(0, precision=0, label="seed", elem_id="seed", minimum=0)
+                seed = SeedBox("0", label="seed", elem_id="seed", max_lines=1, scale=1, info="integer in [0, 2^63)")
                 randomize = gr.Button("🎲 randomize", scale=0)
                 run = gr.Button("Generate", variant="primary", scale=0, elem_id="generate")
                 stop = gr.Button("Stop", variant="stop", scale=0, elem_id="stop")
             gr.Examples([[p] for p in EXAMPLE_PROMPTS], [prompt], label="examples")
             with gr.Accordion("Advanced", open=False):
                 with gr.Row():
-                    family = gr.Dropdown(
-                        list(dict.fromkeys(FAMILIES + TAR_VARIANTS)),
+                    family = RawDropdown(
+                        list(ui.FAMILY_CHOICES),
                         value=ui.DEFAULT_FAMILY,
                         label="family",
                         info="twemoji: trained here (CPU); toy: random weights (code paths only); "
                         "tar: the real Tar models (GPU, weights from `python -m mulo download tar`)",
                     )
-                    third = gr.Dropdown(
+                    third = RawDropdown(
                         list(BASELINES),
                         value="none",
                         label="third column",
@@ -105,12 +122,12 @@ def build_demo() -> gr.Blocks:
                 downloads = gr.File(label="download traces", file_count="multiple", elem_id="downloads")
         with gr.Tab("Replay a trace"):
             with gr.Row():
-                upload = gr.File(label="trace JSON", file_types=[".json"], type="filepath")
+                upload = gr.File(label="trace JSON", file_types=[".json"], type="filepath", elem_id="trace-upload")
                 example = gr.Dropdown(example_traces(), value=None, label="bundled example traces")
                 load = gr.Button("Load", variant="primary", scale=0, elem_id="load")
             with gr.Row():
                 img_replay = gr.Image(label="replayed image", format="png", interactive=False, height=280)
-                md_replay = gr.Markdown()
+                md_replay = gr.Markdown(elem_id="replay-summary")
         gr.Markdown("## Rounds")
         with gr.Row():
             run_pick = gr.Radio([], label="run", elem_id="run-pick")
@@ -147,8 +164,12 @@ def build_demo() -> gr.Blocks:
 
         round_outputs = [r_draft, r_tokens, r_overlay, r_islands, r_final, r_canvas, round_md, timeline]
         private = dict(api_visibility="private")
+        # Replays and drawings read the session's own state only: they run beside generation (its
+        # "gpu" lane) in lanes of their own, several at a time, so a slow one never queues the others.
+        replay_lane = dict(concurrency_id="replay", concurrency_limit=2, **private)
+        view_lane = dict(concurrency_id="view", concurrency_limit=4, **private)
         family.input(ui.family_knobs, family, knobs, **private)  # its recommended values and ranges
-        randomize.click(lambda: int(np.random.default_rng().integers(0, 2**31)), None, seed, **private)
+        randomize.click(lambda: str(np.random.default_rng().integers(0, 2**63)), None, seed, **private)
         gen = run.click(
             generate,
             [prompt, seed, family, third, *knobs],
@@ -157,19 +178,19 @@ def build_demo() -> gr.Blocks:
             concurrency_id="gpu",
             concurrency_limit=1,
         )
-        shown_round = gen.success(after_generate, state, [run_pick, round_slider, latency], **private)
-        shown_round.then(show_round, [state, run_pick, round_slider, opacity, layers], round_outputs, **private)
+        shown_round = gen.success(after_generate, state, [run_pick, round_slider, latency], **view_lane)
+        shown_round.then(show_round, [state, run_pick, round_slider, opacity, layers], round_outputs, **view_lane)
         stop.click(None, cancels=[gen], **private)
-        replay = load.click(load_trace, [upload, example], [img_replay, md_replay, state], **private)
-        replay.success(after_generate, state, [run_pick, round_slider, latency], **private).then(
-            show_round, [state, run_pick, round_slider, opacity, layers], round_outputs, **private
+        replay = load.click(load_trace, [upload, example], [img_replay, md_replay, state], **replay_lane)
+        replay.success(after_generate, state, [run_pick, round_slider, latency], **view_lane).then(
+            show_round, [state, run_pick, round_slider, opacity, layers], round_outputs, **view_lane
         )
         redraw = dict(
             fn=show_round,
             inputs=[state, run_pick, round_slider, opacity, layers],
             outputs=round_outputs,
             show_progress="hidden",
-            **private,
+            **view_lane,
         )
         round_slider.change(**redraw)
         opacity.release(**redraw)
@@ -182,13 +203,19 @@ def build_demo() -> gr.Blocks:
             lambda i, s, lab: step_round(i, 1, s, lab), [round_slider, state, run_pick], round_slider, **private
         )
         play_btn.click(play_rounds, [state, run_pick], round_slider, **private)
-        r_tokens.select(token_info, [state, run_pick, round_slider], token_md, **private)
-        fig_btn.click(export_figure, [state, run_pick, round_slider], export, **private)
-        gif_btn.click(export_gif, [state, run_pick], export, **private)
+        r_tokens.select(token_info, [state, run_pick, round_slider], token_md, **view_lane)
+        fig_btn.click(export_figure, [state, run_pick, round_slider], export, **view_lane)
+        gif_btn.click(export_gif, [state, run_pick], export, **view_lane)
     return demo
 
 
-LAUNCH_KW = dict(theme=gr.themes.Soft(), footer_links=["api", "settings"])
+LAUNCH_KW = dict(
+    theme=gr.themes.Soft(),
+    footer_links=["api", "settings"],
+    max_file_size=MAX_TRACE_BYTES,  # uploads are trace files; larger ones are refused before they land
+    enable_monitoring=False,  # /monitoring/* would show every request's timings to anyone
+    state_session_capacity=200,  # sessions kept in memory at most (each holds its runs' pictures)
+)
 
 
 def main(argv=None) -> None:

@@ -13,6 +13,7 @@ import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+from mulo.cli_checks import check_device, check_output_dir, check_output_file, image_suffixes
 from mulo.config import METHODS, GenerationConfig
 
 log = logging.getLogger("mulo")
@@ -107,6 +108,14 @@ def cmd_bench(args) -> int:
     from mulo.families import check_available
 
     check_available(args.family)
+    if args.prompts is not None and args.prompts < 1:
+        raise ValueError(f"--prompts must be at least 1 (got {args.prompts})")
+    # A benchmark takes minutes to hours: every input is checked before the first model loads.
+    check_device(args.device)
+    if args.json:
+        check_output_file("--json", args.json)
+    if args.out:
+        check_output_dir("--out", args.out)
 
     from mulo.engine import Engine
     from mulo.eval import bench
@@ -116,8 +125,6 @@ def cmd_bench(args) -> int:
     unknown = sorted(set(labels or []) - set(bench.SPECS))
     if unknown:
         raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(bench.SPECS)}")
-    if args.prompts is not None and args.prompts < 1:
-        raise ValueError(f"--prompts must be at least 1 (got {args.prompts})")
     engine = Engine(load_family(args.family, args.device))
     result = bench.run(engine, quick=args.quick, n_prompts=args.prompts, labels=labels)
     bench.save(result, args.out, args.json)
@@ -133,12 +140,14 @@ def cmd_bench(args) -> int:
 
 
 def cmd_profile(args) -> int:
+    check_device(args.device)
+    if args.out:
+        check_output_dir("--out", args.out)
+
     import torch
 
     from mulo.eval.profile import profile
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("--device cuda requested but no CUDA device is available")
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     rows = profile(device=args.device, dtype=dtype)
     for r in rows:
@@ -159,6 +168,8 @@ def cmd_download(args) -> int:
     from mulo.families import tar
 
     variant = tar.Variant(args.llm, args.res)
+    # The only output is the Hugging Face cache; a read-only one should fail now, not after gigabytes.
+    check_output_dir("the Hugging Face cache (HF_HUB_CACHE)", Path(tar._cache_dir()))
     try:
         paths = tar.download(variant)
     except Exception as exc:  # noqa: BLE001 - network, disk, authentication: one line, no traceback
@@ -179,6 +190,12 @@ def cmd_generate(args) -> int:
     from mulo.families import check_available
 
     check_available(args.family)  # a missing-weights error in well under a second
+    # Device and outputs before the model loads: a bad --out must not cost a whole generation.
+    check_device(args.device)
+    if args.out:
+        check_output_file("--out", args.out, image_suffixes())
+    if args.trace:
+        check_output_file("--trace", args.trace)
 
     from PIL import Image
 
@@ -198,10 +215,8 @@ def cmd_generate(args) -> int:
     for warning in result.trace.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(result.image).save(args.out)
+        Image.fromarray(result.image).save(args.out)  # its folder was made by check_output_file
     if args.trace:
-        args.trace.parent.mkdir(parents=True, exist_ok=True)
         result.trace.to_json(args.trace)
     rate = summary["acceptance_rate"]
     print(
@@ -214,6 +229,13 @@ def cmd_generate(args) -> int:
 
 
 def cmd_train(args) -> int:
+    # Training runs for hours: check where it writes (and reads its cache) before starting.
+    check_device(args.device)
+    check_output_dir("--run-dir", args.run_dir)
+    check_output_dir("--assets", args.assets)
+    if args.cache:
+        check_output_dir("--cache", args.cache)
+
     from mulo.train import twemoji
 
     logging.getLogger("mulo").setLevel(logging.INFO)
@@ -230,8 +252,15 @@ def main(argv=None) -> int:
         return {"generate": cmd_generate, "train": cmd_train, "download": cmd_download, "bench": cmd_bench}[
             args.command
         ](args)
-    except (ValueError, FileNotFoundError, DownloadError) as exc:  # ConfigError is a ValueError
+    except (ValueError, DownloadError) as exc:  # ConfigError and cli_checks.UsageError are ValueErrors
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        # Outputs were checked up front, but the final writes can still fail (disk full, a
+        # permission changed meanwhile): one line naming the file. Missing weights
+        # (tar.MissingWeights, a FileNotFoundError) carry no filename, only their message.
+        message = f"{exc.filename}: {exc.strerror or exc}" if exc.filename else str(exc)
+        print(f"error: {message}", file=sys.stderr)
         return 2
 
 

@@ -8,6 +8,7 @@ and the allowed range.
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import asdict, dataclass, fields
 
 METHODS = ("ar", "zipar", "sjd", "sd", "lantern", "mulo")
@@ -120,7 +121,15 @@ def validate_method(method: str) -> None:
 
 
 def validate_prompt(prompt) -> str:
+    """The prompt with whitespace collapsed; ``ConfigError`` for non-text, empty or long prompts."""
     _check(isinstance(prompt, str), f"prompt must be a string (got {type(prompt).__name__})")
+    _check(len(prompt) <= 4 * MAX_PROMPT_CHARS, f"prompt must be at most {MAX_PROMPT_CHARS} characters")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: it would fail later, when the trace is written
+        raise ConfigError(f"prompt is not valid text (an unpaired surrogate at character {exc.start})") from None
+    controls = sorted({f"U+{ord(c):04X}" for c in prompt if unicodedata.category(c) == "Cc" and not c.isspace()})
+    _check(not controls, f"prompt must not contain control characters (found {', '.join(controls[:5])})")
     text = " ".join(prompt.split())
     _check(bool(text), "prompt must not be empty")
     _check(len(text) <= MAX_PROMPT_CHARS, f"prompt must be at most {MAX_PROMPT_CHARS} characters (got {len(text)})")

@@ -83,9 +83,7 @@ class Engine:
             fam.check_prompt(prompt)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        unknown = fam.unknown_words(prompt)
-        warnings = [f"unknown words ignored: {', '.join(unknown)}"] if unknown else []
-        return prompt, cfg, warnings
+        return prompt, cfg, fam.prompt_notes(prompt)
 
     def stream(self, prompt: str, method: str = "mulo", seed: int = 0, config=None):
         """Yield each Round of one generation; return its Result."""

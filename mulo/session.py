@@ -9,6 +9,7 @@ codes otherwise (a ``tar`` trace on a machine without Tar).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,8 +24,8 @@ from mulo.trace import Round, Trace
 class RunView:
     trace: Trace | None
     method: str
-    drafts: list[np.ndarray | None] = field(default_factory=list)  # [h, w, 3] per round (None: no draft)
-    canvases: list[np.ndarray] = field(default_factory=list)  # [h, w, 3] per round, undecided greyed
+    drafts: Sequence[np.ndarray | None] = field(default_factory=list)  # [h, w, 3] per round (None: no draft)
+    canvases: Sequence[np.ndarray] = field(default_factory=list)  # [h, w, 3] per round, undecided greyed
     image: np.ndarray | None = None  # the final image
     decoded: bool = True  # False: pictures are token-code colours (family not loaded)
 
@@ -79,15 +80,41 @@ def stream_view(engine, prompt: str, method: str, seed: int, config=None):
         yield view
 
 
+class ReplayFrames(Sequence):
+    """The pictures of a saved trace's rounds (``kind``: "draft" or "canvas"), drawn when asked
+    for: loading a long trace draws nothing, and only the last few pictures are kept."""
+
+    KEEP = 8
+
+    def __init__(self, trace: Trace, painter: Painter, kind: str):
+        self.trace, self.painter, self.kind = trace, painter, kind
+        self._kept: dict[int, np.ndarray | None] = {}
+
+    def __len__(self) -> int:
+        return len(self.trace.rounds)
+
+    def __getitem__(self, index: int) -> np.ndarray | None:
+        index = range(len(self))[index]  # IndexError outside, negative indices from the end
+        if index not in self._kept:
+            rnd = self.trace.rounds[index]
+            if self.kind == "canvas":
+                picture = self.painter(rnd.tokens)
+            else:
+                before = self.trace.rounds[index - 1].tokens if index else np.full(self.trace.grid, -1, np.int64)
+                picture = self.painter.draft(rnd, before)
+            if len(self._kept) >= self.KEEP:
+                self._kept.pop(next(iter(self._kept)))
+            self._kept[index] = picture
+        return self._kept[index]
+
+
 def replay_view(trace: Trace, family=None) -> RunView:
-    """Pictures of a saved trace; decoded when ``family`` is the trace's family."""
+    """Pictures of a saved trace; decoded when ``family`` is the trace's family. Round pictures
+    are drawn on demand (``ReplayFrames``); only the final image is drawn now."""
     usable = family if family is not None and family.name == trace.family else None
     painter = Painter(usable, trace.grid)
     view = RunView(trace, trace.method, decoded=painter.decodes)
-    before = np.full(trace.grid, -1, dtype=np.int64)
-    for rnd in trace.rounds:
-        view.drafts.append(painter.draft(rnd, before))
-        view.canvases.append(painter(rnd.tokens))
-        before = rnd.tokens
+    view.drafts = ReplayFrames(trace, painter, "draft")
+    view.canvases = ReplayFrames(trace, painter, "canvas")
     view.image = painter(trace.tokens)
     return view

@@ -8,19 +8,18 @@ the final tokens, wall time per phase and forward-pass counts (NFE) per model.
 
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from mulo.config import METHODS
+
 PHASES = ("condition", "drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode")
 # Methods whose rounds each commit an accepted prefix plus one token (vLLM's acceptance length).
 CHAIN_METHODS = ("sd", "lantern", "sjd")
-
-
-def _grid(value, dtype) -> np.ndarray:
-    return np.asarray(value, dtype=dtype)
 
 
 @dataclass
@@ -96,20 +95,27 @@ class Round:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> Round:
-        ints = {n: _grid(d[n], np.int64) for n in ("draft", "islands", "resampled", "tokens")}
-        masks = {n: _grid(d[n], np.int8) for n in ("accepted", "rejected", "reopened")}
-        low = None if d.get("low_draft") is None else _grid(d["low_draft"], np.int64)
+    def from_dict(cls, d: dict, bounds: Bounds | None = None, where: str = "round") -> Round:
+        """A round from its JSON form; every grid is checked against ``bounds`` (see ``Bounds``)."""
+        b = bounds or Bounds.of_grid(_shape_of(d.get("tokens")))
+        cells = b.cells
         return cls(
             index=int(d["index"]),
             label=str(d["label"]),
             t0=None if d["t0"] is None else int(d["t0"]),
-            score=_grid(d["score"], np.float32),
+            draft=_array(d["draft"], f"{where}/draft", b.shape, -1, b.vocab - 1),
+            accepted=_array(d["accepted"], f"{where}/accepted", b.shape, 0, 1, np.int8),
+            rejected=_array(d["rejected"], f"{where}/rejected", b.shape, 0, 1, np.int8),
+            reopened=_array(d["reopened"], f"{where}/reopened", b.shape, 0, 1, np.int8),
+            islands=_array(d["islands"], f"{where}/islands", b.shape, 0, cells),
+            resampled=_array(d["resampled"], f"{where}/resampled", b.shape, 0, cells),
+            tokens=_array(d["tokens"], f"{where}/tokens", b.shape, -1, b.vocab - 1),
+            score=_array(d["score"], f"{where}/score", b.shape, -1.0, MAX_SCORE, np.float32, integer=False),
             timings_s={k: float(v) for k, v in d["timings_s"].items()},
             nfe={k: int(v) for k, v in d["nfe"].items()},
-            low_draft=low,
-            **ints,
-            **masks,
+            low_draft=None
+            if d.get("low_draft") is None
+            else _array(d["low_draft"], f"{where}/low_draft", None, -1, b.vocab - 1, max_shape=b.shape),
         )
 
 
@@ -188,26 +194,9 @@ class Trace:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> Trace:
-        validate(d)
-        return cls(
-            method=d["method"],
-            family=d["family"],
-            prompt=d["prompt"],
-            seed=int(d["seed"]),
-            config=dict(d["config"]),
-            device=d["device"],
-            dtype=d["dtype"],
-            versions=dict(d["versions"]),
-            grid=tuple(d["grid"]),
-            tokens=_grid(d["tokens"], np.int64),
-            latency_s=float(d["latency_s"]),
-            timings_s={k: float(v) for k, v in d["timings_s"].items()},
-            nfe={k: int(v) for k, v in d["nfe"].items()},
-            rounds=[Round.from_dict(r) for r in d["rounds"]],
-            warnings=list(d.get("warnings", [])),
-            condition_text=d.get("condition_text"),
-        )
+    def from_dict(cls, d: dict, vocab_size: int | None = None) -> Trace:
+        """A trace from its JSON form, validated first (``validate``); raises ``TraceError``."""
+        return parse(d, vocab_size)
 
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), separators=(",", ":"))
@@ -216,28 +205,77 @@ class Trace:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> Trace:
+    def from_json(cls, text_or_path: str | Path, vocab_size: int | None = None) -> Trace:
+        """A trace from JSON text or a file (at most ``MAX_TRACE_BYTES``); raises ``TraceError``."""
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not a trace: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-        return cls.from_dict(data)
+            return read_trace_file(text_or_path, vocab_size=vocab_size)
+        return parse(loads(text), vocab_size)
 
 
-# -- schema ----------------------------------------------------------------------------------
+# -- untrusted input ------------------------------------------------------------------------
+# Trace files are shared, so a file is data from a stranger: every size is bounded before it
+# costs memory, every value is checked before anything is drawn, and every problem is one
+# ``TraceError`` naming the field. The bounds are the largest any family produces (a test checks
+# every family against them).
+MAX_GRID_SIDE = 64  # tokens per side: Tar at 1024 px (64x64) is the largest grid
+MAX_VOCAB = 16384  # codes: LlamaGen's VQ-16 is the largest codebook (the family's own when loaded)
+MAX_TEXT = 2048  # characters of any string
+MAX_ITEMS = 64  # entries of warnings, versions, config
+MAX_NFE = 10**9
+MAX_SCORE = 1.001  # probabilities and min(1, p/q), with room for float rounding
+MAX_TRACE_BYTES = 10 * 2**20  # a file; the app's upload limit too (a 32x32-token SD trace is ~3 MB)
+# A JSON list costs ~64 bytes of memory for as little as 3 bytes of file ("[],"): a file may hold
+# at most one list per this many bytes (a real trace: one per grid row of >= 8 cells, >= 16 bytes).
+BYTES_PER_LIST = 12
+REQUIRED_CONFIG = ("cfg", "temperature", "top_k", "top_p")  # shown with every trace
+REQUIRED_MULO_CONFIG = ("r", "tau", "k", "radius")  # shown with MuLo-SD's rounds
 
-_INT_GRID = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
-_NUM_GRID = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
-_MASK = {"type": "array", "items": {"type": "array", "items": {"enum": [0, 1]}}}
-_TIMINGS = {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}}
+
+class TraceError(ValueError):
+    """A file is not a usable trace; the message names the first problem and where it is."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one trace's values may be: its grid shape and the codebook size."""
+
+    shape: tuple[int, int]
+    vocab: int = MAX_VOCAB
+
+    @property
+    def cells(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    @classmethod
+    def of_grid(cls, shape) -> Bounds:
+        return cls(tuple(shape) if shape else (1, 1))
+
+
+def _shape_of(value) -> tuple[int, int] | None:
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        return len(value), len(value[0])
+    return None
+
+
+_GRID = {"type": "array", "minItems": 1, "maxItems": MAX_GRID_SIDE}  # rows; cells are checked with numpy
+_TEXT = {"type": "string", "maxLength": MAX_TEXT}
+_SECONDS = {"type": "number", "minimum": 0, "maximum": 1e7}
+_TIMINGS = {
+    "type": "object",
+    "propertyNames": {"enum": list(PHASES)},
+    "additionalProperties": _SECONDS,
+}
 _NFE = {
     "type": "object",
     "required": ["target", "drafter"],
-    "properties": {"target": {"type": "integer", "minimum": 0}, "drafter": {"type": "integer", "minimum": 0}},
+    "additionalProperties": False,
+    "properties": {
+        "target": {"type": "integer", "minimum": 0, "maximum": MAX_NFE},
+        "drafter": {"type": "integer", "minimum": 0, "maximum": MAX_NFE},
+    },
 }
+_SCALAR = {"type": ["boolean", "integer", "number", "string", "null"], "maxLength": 64}
 
 ROUND_SCHEMA = {
     "type": "object",
@@ -257,18 +295,18 @@ ROUND_SCHEMA = {
         "nfe",
     ],
     "properties": {
-        "index": {"type": "integer", "minimum": 0},
-        "label": {"type": "string"},
-        "draft": _INT_GRID,
-        "accepted": _MASK,
-        "rejected": _MASK,
-        "reopened": _MASK,
-        "islands": _INT_GRID,
-        "t0": {"type": ["integer", "null"], "minimum": 0},
-        "score": _NUM_GRID,
-        "resampled": _INT_GRID,
-        "tokens": _INT_GRID,
-        "low_draft": {"anyOf": [{"type": "null"}, _INT_GRID]},
+        "index": {"type": "integer", "minimum": 0, "maximum": MAX_GRID_SIDE**2},
+        "label": {"type": "string", "maxLength": 64},
+        "draft": _GRID,
+        "accepted": _GRID,
+        "rejected": _GRID,
+        "reopened": _GRID,
+        "islands": _GRID,
+        "t0": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_GRID_SIDE**2},
+        "score": _GRID,
+        "resampled": _GRID,
+        "tokens": _GRID,
+        "low_draft": {"anyOf": [{"type": "null"}, _GRID]},
         "timings_s": _TIMINGS,
         "nfe": _NFE,
     },
@@ -277,6 +315,7 @@ ROUND_SCHEMA = {
 TRACE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "mulo generation trace",
+    "description": "Grid cells are checked by mulo.trace.parse (shape, integer or number, range).",
     "type": "object",
     "required": [
         "method",
@@ -296,42 +335,193 @@ TRACE_SCHEMA = {
     ],
     "properties": {
         "schema": {"const": "mulo.trace/1"},
-        "method": {"enum": ["ar", "zipar", "sjd", "sd", "lantern", "mulo"]},
-        "family": {"type": "string"},
-        "prompt": {"type": "string"},
-        "seed": {"type": "integer"},
-        "config": {"type": "object"},
-        "device": {"type": "string"},
-        "dtype": {"type": "string"},
-        "versions": {"type": "object", "additionalProperties": {"type": "string"}},
-        "grid": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2},
-        "tokens": _INT_GRID,
-        "latency_s": {"type": "number", "minimum": 0},
+        "method": {"enum": list(METHODS)},
+        "family": {"type": "string", "maxLength": 64},
+        "prompt": _TEXT,
+        "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+        "config": {
+            "type": "object",
+            "maxProperties": MAX_ITEMS,
+            "propertyNames": {"maxLength": 64},
+            "additionalProperties": _SCALAR,
+        },
+        "device": {"type": "string", "maxLength": 64},
+        "dtype": {"type": "string", "maxLength": 64},
+        "versions": {
+            "type": "object",
+            "maxProperties": MAX_ITEMS,
+            "propertyNames": {"maxLength": 64},
+            "additionalProperties": {"type": "string", "maxLength": 128},
+        },
+        "grid": {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 1, "maximum": MAX_GRID_SIDE},
+            "minItems": 2,
+            "maxItems": 2,
+        },
+        "tokens": _GRID,
+        "latency_s": _SECONDS,
         "timings_s": _TIMINGS,
         "nfe": _NFE,
-        "summary": {"type": "object"},
-        "rounds": {"type": "array", "items": ROUND_SCHEMA},
-        "warnings": {"type": "array", "items": {"type": "string"}},
-        "condition_text": {"type": ["string", "null"]},
+        "summary": {"type": "object"},  # recomputed on load, never read
+        "rounds": {"type": "array", "minItems": 1, "maxItems": MAX_GRID_SIDE**2, "items": ROUND_SCHEMA},
+        "warnings": {"type": "array", "maxItems": MAX_ITEMS, "items": _TEXT},
+        "condition_text": {"type": ["string", "null"], "maxLength": MAX_TEXT},
     },
 }
 
 
-def validate(data: dict) -> None:
-    """Raise ``ValueError`` naming the first problem if ``data`` is not a trace."""
+def _reject_constant(name: str):
+    raise TraceError(f"not a trace: {name} is not a number a trace may hold")
+
+
+def loads(text: str) -> dict:
+    """Parse JSON text of at most ``MAX_TRACE_BYTES`` with bounded memory (no NaN/Infinity)."""
+    if len(text) > MAX_TRACE_BYTES:
+        raise TraceError(f"not a trace: {len(text) / 2**20:.1f} MB of text, the limit is {_limit_mb()}")
+    if text.count("[") + text.count("{") > len(text) // BYTES_PER_LIST + 64:
+        raise TraceError("not a trace: far more nested lists than its size allows (a trace's grids have rows)")
+    collecting = gc.isenabled()
+    gc.disable()  # a million fresh lists would set off the cyclic collector again and again (~2x slower)
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"not a trace: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise TraceError("not a trace: JSON nested too deeply") from None
+    finally:
+        if collecting:
+            gc.enable()
+    if not isinstance(data, dict):
+        raise TraceError("not a trace: the JSON is not an object")
+    return data
+
+
+def read_json_file(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> dict:
+    """The JSON object in a file of at most ``max_bytes`` (checked before reading); ``TraceError``."""
+    size = Path(path).stat().st_size
+    if size > max_bytes:
+        raise TraceError(f"the file is {size / 2**20:.1f} MB; trace files are limited to {_limit_mb(max_bytes)}")
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise TraceError("not a trace: the file is not UTF-8 text") from None
+    return loads(text)
+
+
+def read_trace_file(path: str | Path, vocab_size: int | None = None, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
+    """Read, bound and validate a trace file; raises ``TraceError`` (or ``OSError``)."""
+    return parse(read_json_file(path, max_bytes), vocab_size)
+
+
+def _limit_mb(limit: int = MAX_TRACE_BYTES) -> str:
+    return f"{limit / 2**20:g} MB"
+
+
+def _array(value, where, shape, low, high, dtype=np.int64, integer=True, max_shape=None) -> np.ndarray:
+    """A JSON grid as a numpy array after checking shape, kind and range (memory: the input's)."""
+    try:
+        arr = np.array(value)
+    except (ValueError, TypeError, OverflowError):
+        arr = None
+    if arr is None or arr.ndim != 2:
+        raise TraceError(f"not a trace: {where} is not a grid of numbers")
+    if shape is not None and arr.shape != tuple(shape):
+        h, w = shape
+        raise TraceError(f"not a trace: {where} is not a {h}x{w} grid (it is {arr.shape[0]}x{arr.shape[1]})")
+    if max_shape is not None and (arr.shape[0] > max_shape[0] or arr.shape[1] > max_shape[1]):
+        raise TraceError(f"not a trace: {where} is larger than the {max_shape[0]}x{max_shape[1]} grid")
+    kinds = "biu" if integer else "biuf"
+    if arr.dtype.kind not in kinds:
+        raise TraceError(f"not a trace: {where} must hold {'integers' if integer else 'numbers'}")
+    if arr.size and not (np.isfinite(arr).all() and arr.min() >= low and arr.max() <= high):
+        raise TraceError(f"not a trace: {where} has values outside [{low}, {high}]")
+    return arr.astype(dtype)
+
+
+def _text(value: str, where: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceError(f"not a trace: {where} is not valid text (unpaired surrogate)") from None
+    return value
+
+
+def _check_config(config: dict, method: str, bounds: Bounds) -> None:
+    """The knobs a trace shows must be present, and every known knob must be a valid value."""
+    from mulo.config import ConfigError, GenerationConfig, validate
+
+    required = REQUIRED_CONFIG + (REQUIRED_MULO_CONFIG if method == "mulo" else ())
+    missing = [k for k in required if k not in config]
+    if missing:
+        raise TraceError(f"not a trace: config lacks {', '.join(missing)}")
+    known = {k: v for k, v in config.items() if k in GenerationConfig.__dataclass_fields__}
+    try:  # knobs a later version added are filled in with today's defaults
+        cfg = GenerationConfig.from_dict(known)
+        validate(cfg, vocab_size=bounds.vocab, grid=bounds.shape if method == "mulo" else None)
+    except (ConfigError, TypeError) as exc:
+        raise TraceError(f"not a trace: config: {exc}") from None
+    for key, value in config.items():
+        if isinstance(value, str):
+            _text(value, f"config/{key}")
+
+
+def validate(data: dict, vocab_size: int | None = None) -> None:
+    """Raise ``TraceError`` (a ``ValueError``) naming the first problem if ``data`` is not a trace."""
+    parse(data, vocab_size)
+
+
+def parse(data: dict, vocab_size: int | None = None) -> Trace:
+    """Validate parsed JSON field by field (sizes first, then values) and build the ``Trace``.
+
+    ``vocab_size``: the codebook of the trace's family when it is loaded (else ``MAX_VOCAB``)."""
     import jsonschema
 
+    if not isinstance(data, dict):
+        raise TraceError("not a trace: the JSON is not an object")
+    grid = data.get("grid")
+    rounds = data.get("rounds")
+    shape_ok = isinstance(grid, list) and len(grid) == 2 and all(type(x) is int and x >= 1 for x in grid)
+    if shape_ok and isinstance(rounds, list) and len(rounds) > grid[0] * grid[1]:  # before validating them
+        raise TraceError(f"not a trace: {len(rounds)} rounds for {grid[0] * grid[1]} tokens (each round commits one)")
     try:
         jsonschema.validate(data, TRACE_SCHEMA)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "top level"
-        raise ValueError(f"not a trace: {exc.message} (at {where})") from None
-    h, w = data["grid"]
-    grids = [("tokens", data["tokens"])] + [
-        (f"rounds/{i}/{name}", r[name])
-        for i, r in enumerate(data["rounds"])
-        for name in ("draft", "accepted", "rejected", "reopened", "islands", "score", "resampled", "tokens")
-    ]
-    for name, grid in grids:
-        if len(grid) != h or any(len(row) != w for row in grid):
-            raise ValueError(f"not a trace: {name} is not a {h}x{w} grid")
+        if exc.validator in ("maxLength", "maxItems", "maxProperties"):  # the message would quote it all
+            message = f"too long (at most {exc.validator_value})"
+        else:
+            message = exc.message if len(exc.message) < 200 else exc.message[:200] + "..."
+        raise TraceError(f"not a trace: {message} (at {where})") from None
+    bounds = Bounds(tuple(grid), min(vocab_size or MAX_VOCAB, MAX_VOCAB))
+    for name in ("prompt", "family", "device", "dtype", "condition_text"):
+        if isinstance(data.get(name), str):
+            _text(data[name], name)
+    for i, warning in enumerate(data.get("warnings", [])):
+        _text(warning, f"warnings/{i}")
+    _check_config(data["config"], data["method"], bounds)
+    parsed_rounds = []
+    for i, r in enumerate(rounds):
+        if r["index"] != i:
+            raise TraceError(f"not a trace: rounds/{i} has index {r['index']}")
+        if r["t0"] is not None and r["t0"] >= bounds.cells:
+            raise TraceError(f"not a trace: rounds/{i}/t0 = {r['t0']} is outside the {grid[0]}x{grid[1]} grid")
+        parsed_rounds.append(Round.from_dict(r, bounds, f"rounds/{i}"))
+    return Trace(
+        method=data["method"],
+        family=data["family"],
+        prompt=data["prompt"],
+        seed=data["seed"],
+        config=dict(data["config"]),
+        device=data["device"],
+        dtype=data["dtype"],
+        versions=dict(data["versions"]),
+        grid=tuple(grid),
+        tokens=_array(data["tokens"], "tokens", bounds.shape, 0, bounds.vocab - 1),
+        latency_s=float(data["latency_s"]),
+        timings_s={k: float(v) for k, v in data["timings_s"].items()},
+        nfe={k: int(v) for k, v in data["nfe"].items()},
+        rounds=parsed_rounds,
+        warnings=list(data.get("warnings", [])),
+        condition_text=data.get("condition_text"),
+    )

@@ -12,27 +12,32 @@ import os
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import gradio as gr
 import numpy as np
-from PIL import Image
 
 from mulo import viz
 from mulo.config import DRAFTING, RESAMPLING, UPSAMPLERS, ConfigError, GenerationConfig
 from mulo.engine import Engine
-from mulo.families import load_family
+from mulo.families import FAMILIES, TAR_VARIANTS, load_family
+from mulo.inputs import RawRadio, RawSlider, parse_request
+from mulo.markdown import plain
 from mulo.session import RunView, replay_view, stream_view
 from mulo.spaces_compat import gpu
-from mulo.trace import Trace
+from mulo.tempfiles import TempFiles
+from mulo.trace import MAX_TRACE_BYTES, Trace, TraceError, parse, read_json_file
 
 log = logging.getLogger("mulo.app")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "assets" / "examples"
 OUT_DIR = Path(tempfile.gettempdir()) / "mulo-app"
+FILES = TempFiles(OUT_DIR, max_age_s=float(os.environ.get("MULO_FILE_MAX_AGE_S", "600")))
+STATE_TTL_S = 3600  # a session's runs are dropped an hour after its last request (API sessions never close)
+MAX_GIF_FRAMES = 48  # a GIF of a long run shows this many rounds, evenly spaced
 DISPLAY = 256  # on-screen size of the generated images (nearest-neighbour, token cells stay sharp)
 BASELINES = ("none", "zipar", "sjd", "sd", "lantern")
+FAMILY_CHOICES = tuple(dict.fromkeys(FAMILIES + TAR_VARIANTS))
 EXAMPLE_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown"]
 DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", "twemoji")
 
@@ -80,14 +85,6 @@ KNOBS = [
     ("top_k", "top-k", "keep the k most likely codes; 0 = off", (0, 512, 1)),
     ("top_p", "top-p", "nucleus mass; 1 = off", (0.05, 1, 0.05)),
 ]
-# Knobs the config wants as integers: integer choices, or sliders moving in whole steps.
-INT_KNOBS = {
-    name
-    for name, _, _, spec in KNOBS
-    if (isinstance(spec, list) and all(isinstance(c, int) for c in spec)) or (isinstance(spec, tuple) and spec[2] == 1)
-}
-
-
 def knob_limits(vocab_size: int) -> dict[str, int]:
     """Slider maxima that depend on the family's codebook: pooling needs k < V, top-k <= V."""
     return {"k": min(64, vocab_size - 1), "top_k": min(512, vocab_size)}
@@ -97,10 +94,10 @@ def knob_component(knob: tuple, value, limits: dict | None = None) -> gr.compone
     """The input of one ``KNOBS`` entry: a radio over its choices or a slider over its range."""
     name, label, info, spec = knob
     if isinstance(spec, list):
-        return gr.Radio(spec, value=value, label=label, info=info)
+        return RawRadio(spec, value=value, label=label, info=info)
     low, high, step = spec
     high = (limits or {}).get(name, high)
-    return gr.Slider(low, high, value=min(value, high), step=step, label=label, info=info)
+    return RawSlider(low, high, value=min(value, high), step=step, label=label, info=info)
 
 
 def family_knobs(family: str) -> list:
@@ -175,34 +172,8 @@ def default_config() -> dict:
         return GenerationConfig().to_dict()
 
 
-def knob_config(values: dict) -> dict:
-    """Gradio values -> GenerationConfig keys (integers where the config wants integers)."""
-    config = {}
-    for name, value in values.items():
-        if value is None:
-            continue
-        if name in INT_KNOBS:
-            if not float(value).is_integer():
-                raise gr.Error(f"{name} must be an integer (got {value!r})")
-            value = int(value)
-        config[name] = value
-    return config
-
-
-def parse_seed(seed) -> int:
-    try:
-        value = float(seed)
-    except (TypeError, ValueError):
-        raise gr.Error(f"seed must be an integer (got {seed!r})") from None
-    if not value.is_integer() or not 0 <= value < 2**63:
-        raise gr.Error(f"seed must be an integer in [0, 2^63) (got {seed!r})")
-    return int(value)
-
-
 def method_plan(third: str) -> list[tuple[str, str]]:
     """(label, method) of the runs of one request: AR, MuLo-SD and an optional baseline."""
-    if third not in BASELINES:
-        raise gr.Error(f"third method must be one of {', '.join(BASELINES)} (got {third!r})")
     plan = [("AR", "ar"), ("MuLo-SD", "mulo")]
     return plan + ([(third, third)] if third != "none" else [])
 
@@ -245,17 +216,11 @@ def run_methods(family: str, prompt: str, seed: int, config: dict, plan: list[tu
 
 # -- files --------------------------------------------------------------------------------------
 def save_png(image: np.ndarray, stem: str) -> str:
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / f"{stem}-{uuid.uuid4().hex[:10]}.png"
-    Image.fromarray(image).save(path)
-    return str(path)
+    return FILES.png(image, stem)
 
 
 def save_bytes(data: bytes, name: str) -> str:
-    folder = OUT_DIR / uuid.uuid4().hex[:10]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_bytes(data)
-    return str(folder / name)
+    return FILES.write(data, name)
 
 
 def shown(image: np.ndarray) -> np.ndarray:
@@ -273,12 +238,15 @@ def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
         f"drafter {s['nfe']['drafter']} · {s['rounds']} rounds",
         f"acceptance {acc} · re-opened {s['reopened_fraction']:.1%}",
         f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
-        f"top-p {c['top_p']} · seed {trace.seed} · {trace.device}</small>",
+        f"top-p {c['top_p']} · seed {trace.seed} · {plain(trace.device, 64)}</small>",
     ]
+    # every string below may come from a shared trace file: shown as text, never as markup
     if trace.condition_text:
-        lines.append(f"conditioned on *{trace.condition_text}* (the emoji whose short name is *{trace.prompt}*)")
+        lines.append(
+            f"conditioned on *{plain(trace.condition_text)}* (the emoji whose short name is *{plain(trace.prompt)}*)"
+        )
     if trace.warnings:
-        lines.append(f"⚠️ {'; '.join(trace.warnings)}")
+        lines.append(f"⚠️ {plain('; '.join(trace.warnings), 600)}")
     return "  \n".join(lines)
 
 
@@ -310,17 +278,27 @@ def generate(
 
     The public ``/generate`` endpoint: ``prompt`` and ``seed`` are required, every other
     parameter has the UI's default (None = the family's recommended value)."""
-    seed = parse_seed(seed)
-    family = family or DEFAULT_FAMILY
-    plan = method_plan(third or "none")
-    values = dict(locals())
-    config = knob_config({name: values[name] for name, *_ in KNOBS})
-    engine = engine_for(family)
-    for _, method in plan:  # every problem is reported before anything runs
-        try:
+    knob_values = {
+        "r": r, "tau": tau, "k": k, "radius": radius, "rows_per_block": rows_per_block, "drafting": drafting,
+        "resampling": resampling, "upsampler": upsampler, "draft_window": draft_window,
+        "island_window": island_window, "zipar_window": zipar_window, "cfg": cfg, "temperature": temperature,
+        "top_k": top_k, "top_p": top_p,
+    }  # fmt: skip
+    family = DEFAULT_FAMILY if family is None else family
+    try:  # every problem is reported before any model runs
+        if family not in FAMILY_CHOICES:
+            raise ConfigError(f"family must be one of {', '.join(FAMILY_CHOICES)} (got {str(family)[:40]!r})")
+        engine = engine_for(family)
+        request = parse_request(
+            prompt, seed, family, "none" if third is None else third, knob_values, KNOBS,
+            knob_limits(engine.family.vocab_size), FAMILY_CHOICES, BASELINES,
+        )  # fmt: skip
+        prompt, seed, third, config = request.prompt, request.seed, request.third, request.knobs
+        plan = method_plan(third)
+        for _, method in plan:
             engine.check(prompt, method, seed, method_knobs(config, method))
-        except ConfigError as exc:
-            raise gr.Error(str(exc)) from None
+    except ConfigError as exc:
+        raise gr.Error(str(exc)) from None
     slots = {label: i for i, (label, _) in enumerate(plan)}
     views: dict[str, RunView] = {}
     for label, view in run_methods(family, prompt, seed, config, plan):
@@ -348,6 +326,13 @@ def generate(
 
 
 # (The rest of the handlers below read the server-side state only: no engine, no GPU lane.)
+def _view(state, label, what: str = "show") -> RunView:
+    """The run ``label`` of the session's state, or a gr.Error saying there is none yet."""
+    if not state or label not in state.get("views", {}):
+        raise gr.Error(f"nothing to {what} yet: generate or load a trace first")
+    return state["views"][label]
+
+
 def after_generate(state):
     """Round controls for the inspected run (MuLo-SD by default) and the latency charts."""
     if not state:
@@ -365,11 +350,9 @@ def after_generate(state):
 
 
 def show_round(state, label, index, opacity, layers):
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to show yet: generate or load a trace first")
-    view = state["views"][label]
+    view = _view(state, label)
     trace = view.trace
-    index = int(min(max(0, index or 0), len(trace.rounds) - 1))
+    index = _round_index(index, trace)
     rnd = trace.rounds[index]
     draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
     size = DISPLAY
@@ -379,7 +362,7 @@ def show_round(state, label, index, opacity, layers):
     finalized = viz.heatmap(viz.finalized_round(trace).astype(float), vmax=max(1, len(trace.rounds) - 1))
     score = rnd.score[rnd.draft >= 0]
     info = (
-        f"**round {index + 1} / {len(trace.rounds)}** ({rnd.label}) · proposed {rnd.proposed} · accepted "
+        f"**round {index + 1} / {len(trace.rounds)}** ({plain(rnd.label, 64)}) · proposed {rnd.proposed} · accepted "
         f"{int(rnd.accepted.sum())} · rejected {int(rnd.rejected.sum())} · re-opened {int(rnd.reopened.sum())} "
         f"in {rnd.n_islands} island(s) · t0 = {_rc(rnd.t0, trace.grid)}"
         + (f" · score min/median {score.min():.3f}/{np.median(score):.3f}" if score.size and score.max() >= 0 else "")
@@ -398,6 +381,15 @@ def show_round(state, label, index, opacity, layers):
     )
 
 
+def _round_index(index, trace: Trace) -> int:
+    """A round index from the slider (any number; clipped to the trace's rounds)."""
+    try:
+        index = int(index or 0)
+    except (TypeError, ValueError, OverflowError):
+        index = 0
+    return min(max(0, index), len(trace.rounds) - 1)
+
+
 def _rc(t0, grid) -> str:
     return "none" if t0 is None else f"row {t0 // grid[1]}, col {t0 % grid[1]}"
 
@@ -405,27 +397,27 @@ def _rc(t0, grid) -> str:
 def step_round(index, delta, state, label):
     if not state or label not in state.get("views", {}):
         return gr.skip()
-    n = len(state["views"][label].trace.rounds)
-    return int(min(max(0, (index or 0) + delta), n - 1))
+    trace = state["views"][label].trace
+    return _round_index(_round_index(index, trace) + delta, trace)
 
 
 def play_rounds(state, label):
     """Walk the slider through every round (the slider's change event redraws)."""
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to play yet: generate or load a trace first")
-    for i in range(len(state["views"][label].trace.rounds)):
+    for i in range(len(_view(state, label, "play").trace.rounds)):
         yield i
         time.sleep(0.7)
 
 
 def token_info(state, label, index, evt: gr.SelectData):
     """What happened to the clicked token in the whole run."""
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to inspect yet")
-    trace = state["views"][label].trace
+    trace = _view(state, label, "inspect").trace
     h, w = trace.grid
-    cell = max(1, DISPLAY // h)  # the token map is enlarged by this factor (see show_round)
-    row, col = min(h - 1, int(evt.index[1]) // cell), min(w - 1, int(evt.index[0]) // cell)
+    cell = max(1, DISPLAY // max(h, w))  # the token map is enlarged by this factor (viz.enlarge)
+    try:
+        x, y = (int(v) for v in evt.index)
+    except (TypeError, ValueError, OverflowError):
+        raise gr.Error("click a token of the acceptance map") from None
+    row, col = min(max(0, y // cell), h - 1), min(max(0, x // cell), w - 1)
     return describe_token(trace, row, col, float(trace.config.get("tau", 0)))
 
 
@@ -454,44 +446,60 @@ def describe_token(trace: Trace, row: int, col: int, tau: float) -> str:
 
 
 def export_figure(state, label, index):
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to export yet: generate or load a trace first")
-    view = state["views"][label]
-    index = int(min(max(0, index or 0), len(view.trace.rounds) - 1))
+    view = _view(state, label, "export")
+    index = _round_index(index, view.trace)
     draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
     fig = viz.round_layout(view.trace, index, draft, view.canvases[index])
     return save_bytes(viz.figure_png(fig), f"round{index + 1}-{view.trace.method}.png")
 
 
+def gif_rounds(n_rounds: int, limit: int = MAX_GIF_FRAMES) -> list[int]:
+    """The rounds a GIF shows: all of them, or ``limit`` evenly spaced ones with the first and last."""
+    if n_rounds <= limit:
+        return list(range(n_rounds))
+    return sorted({round(i * (n_rounds - 1) / (limit - 1)) for i in range(limit)})
+
+
 def export_gif(state, label):
-    if not state or label not in state.get("views", {}):
-        raise gr.Error("nothing to export yet: generate or load a trace first")
-    view = state["views"][label]
-    frames = []
-    for rnd, draft, canvas in zip(view.trace.rounds, view.drafts, view.canvases, strict=True):
-        left = viz.overlay(viz.enlarge(draft if draft is not None else canvas, DISPLAY), rnd)
-        frames.append(np.concatenate([left, np.full((DISPLAY, 8, 3), 255, np.uint8), viz.enlarge(canvas, DISPLAY)], 1))
-    return save_bytes(viz.gif(frames), f"rounds-{view.trace.method}.gif")
+    view = _view(state, label, "export")
+
+    def frames():  # drawn one at a time while the GIF is encoded
+        for i in gif_rounds(len(view.trace.rounds)):
+            rnd, draft, canvas = view.trace.rounds[i], view.drafts[i], view.canvases[i]
+            left = viz.overlay(viz.enlarge(draft if draft is not None else canvas, DISPLAY), rnd)
+            right = viz.enlarge(canvas, DISPLAY)
+            yield np.concatenate([left, np.full((left.shape[0], 8, 3), 255, np.uint8), right], 1)
+
+    return save_bytes(viz.gif(frames()), f"rounds-{view.trace.method}.gif")
 
 
 def load_trace(upload, example):
-    """Replay a trace file (uploaded or bundled) without running a model."""
-    path = upload or (str(EXAMPLES_DIR / example) if example else None)
-    if not path:
+    """Replay a trace file (uploaded or bundled) without running a model.
+
+    The file is untrusted: its size is capped, every field is checked before anything is drawn
+    (``mulo.trace.parse``), round pictures are drawn only when shown, strings shown as text."""
+    if upload:
+        path = upload
+    elif example:
+        if example not in example_traces():  # a name from the list, never a path from the request
+            raise gr.Error(f"no bundled example named {plain(str(example), 80)}")
+        path = str(EXAMPLES_DIR / example)
+    else:
         raise gr.Error("choose a trace file or a bundled example")
     try:
-        data = json.loads(Path(path).read_text())
-        trace = Trace.from_dict(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise gr.Error(f"not a readable JSON file: {exc}") from None
-    except Exception as exc:  # schema violations, missing keys, wrong shapes
-        raise gr.Error(f"not a mulo trace: {str(exc).splitlines()[0][:300]}") from None
-    family = _engines.get(trace.family)
-    view = replay_view(trace, family.family if family else None)
+        data = read_json_file(path, MAX_TRACE_BYTES)
+        loaded = _engines.get(data.get("family")) if isinstance(data.get("family"), str) else None
+        trace = parse(data, loaded.family.vocab_size if loaded else None)
+        view = replay_view(trace, loaded.family if loaded else None)
+    except TraceError as exc:
+        raise gr.Error(str(exc)) from None
+    except OSError as exc:
+        raise gr.Error(f"could not read the trace file ({exc.strerror or type(exc).__name__})") from None
     label = f"replay: {trace.method}"
     note = "" if view.decoded else " (family not loaded here: token codes shown as colours)"
-    summary = f"**{trace.prompt}** · {trace.method} · seed {trace.seed} · {trace.family}{note}  \n" + stats_markdown(
-        trace, None
+    summary = (
+        f"**{plain(trace.prompt)}** · {trace.method} · seed {trace.seed} · {plain(trace.family, 64)}{note}  \n"
+        + stats_markdown(trace, None)
     )
     return save_png(shown(view.image), "replay"), summary, {"views": {label: view}, "order": [label]}
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import io
 
+from collections.abc import Iterable
+
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from PIL import Image
 
-matplotlib.use("Agg")  # no display on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+from mulo.trace import PHASES, Round, Trace
 
-from mulo.trace import PHASES, Round, Trace  # noqa: E402
+# Figures are built as plain ``Figure`` objects, never through pyplot: pyplot keeps global state,
+# and the app draws for several users at once on worker threads.
 
 COLORS = {
     "accepted": "#16a34a",  # green: the draft token passed the test
@@ -52,8 +56,9 @@ def upscale(grid: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def enlarge(image: np.ndarray, size: int) -> np.ndarray:
-    """Nearest-neighbour enlargement so token cells stay sharp on screen and on slides."""
-    factor = max(1, size // image.shape[0])
+    """Nearest-neighbour enlargement so token cells stay sharp on screen and on slides; the
+    longer side decides, so the result is never larger than ``size`` (or the image itself)."""
+    factor = max(1, size // max(image.shape[:2]))
     return upscale(image, (image.shape[0] * factor, image.shape[1] * factor))
 
 
@@ -113,7 +118,7 @@ def island_colors(islands: np.ndarray, background: np.ndarray | None = None) -> 
     if background is not None:
         islands = upscale(islands, background.shape[:2])
         base = base * 0.35 + 255 * 0.65
-    palette = (np.array(plt.get_cmap("tab20").colors) * 255).astype(np.float32)
+    palette = (np.array(matplotlib.colormaps["tab20"].colors) * 255).astype(np.float32)
     colored = palette[(islands - 1) % len(palette)]
     return np.where((islands > 0)[..., None], colored, base).astype(np.uint8)
 
@@ -131,7 +136,7 @@ def heatmap(values: np.ndarray, vmax: float | None = None, cmap: str = "viridis"
     """A grid of numbers as an RGB image (negative values white)."""
     vmax = float(values.max()) if vmax is None else vmax
     scaled = np.clip(values / max(vmax, 1e-9), 0, 1)
-    rgb = (plt.get_cmap(cmap)(scaled)[..., :3] * 255).astype(np.uint8)
+    rgb = (matplotlib.colormaps[cmap](scaled)[..., :3] * 255).astype(np.uint8)
     rgb[values < 0] = 255
     return rgb
 
@@ -152,11 +157,12 @@ def latency_rows(traces: dict[str, Trace]) -> list[dict]:
     ]
 
 
-def latency_figure(traces: dict[str, Trace], baseline: str | None = None, title: str = "Latency") -> plt.Figure:
+def latency_figure(traces: dict[str, Trace], baseline: str | None = None, title: str = "Latency") -> Figure:
     """Stacked horizontal bars per method with total and speed-up over ``baseline``."""
     labels = list(traces)
     per_method = [stage_seconds(traces[label]) for label in labels]
-    fig, ax = plt.subplots(figsize=(8, 0.7 * len(labels) + 1.4), dpi=150)
+    fig = Figure(figsize=(8, 0.7 * len(labels) + 1.4), dpi=150)
+    ax = fig.subplots()
     left = np.zeros(len(labels))
     for stage in STAGES:
         values = np.array([seconds[stage] for seconds in per_method])
@@ -177,9 +183,10 @@ def latency_figure(traces: dict[str, Trace], baseline: str | None = None, title:
     return fig
 
 
-def timeline_figure(trace: Trace, current: int | None = None) -> plt.Figure:
+def timeline_figure(trace: Trace, current: int | None = None) -> Figure:
     """Per-round wall time by phase on one time axis; ``current`` round outlined."""
-    fig, ax = plt.subplots(figsize=(8, 2.2), dpi=150)
+    fig = Figure(figsize=(8, 2.2), dpi=150)
+    ax = fig.subplots()
     start = 0.0
     for rnd in trace.rounds:
         for stage in STAGES[:-1]:
@@ -190,7 +197,7 @@ def timeline_figure(trace: Trace, current: int | None = None) -> plt.Figure:
         if rnd.index == current:
             spent = sum(rnd.timings_s.values())
             ax.barh(0, spent, left=start - spent, fill=False, edgecolor="black", linewidth=1.5)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=STAGE_COLORS[s]) for s in STAGES[:-1]]
+    handles = [Rectangle((0, 0), 1, 1, color=STAGE_COLORS[s]) for s in STAGES[:-1]]
     ax.legend(handles, STAGES[:-1], loc="upper center", bbox_to_anchor=(0.5, -0.35), ncols=7, fontsize=7)
     ax.set_yticks([])
     ax.set_xlabel("seconds since start (rounds back to back)")
@@ -199,16 +206,15 @@ def timeline_figure(trace: Trace, current: int | None = None) -> plt.Figure:
     return fig
 
 
-def figure_png(fig: plt.Figure) -> bytes:
+def figure_png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    plt.close(fig)
     return buf.getvalue()
 
 
 def round_layout(
     trace: Trace, index: int, draft_image: np.ndarray, canvas_image: np.ndarray, size: int = 384
-) -> plt.Figure:
+) -> Figure:
     """The slide figure of one round: up-sampled draft, acceptance map on tokens and on the image,
     islands, canvas after the round; a legend with the colours and the round's numbers."""
     rnd = trace.rounds[index]
@@ -221,12 +227,13 @@ def round_layout(
         (f"islands ({rnd.n_islands})", island_colors(rnd.islands, enlarge(draft_image, size))),
         ("canvas after round", enlarge(canvas_image, size)),
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.9), dpi=150)
+    fig = Figure(figsize=(3.2 * len(panels), 3.9), dpi=150)
+    axes = fig.subplots(1, len(panels))
     for ax, (title, img) in zip(axes, panels, strict=True):
         ax.imshow(img, interpolation="nearest")
         ax.set_title(title, fontsize=10)
         ax.axis("off")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in ("accepted", "rejected", "reopened", "t0")]
+    handles = [Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in ("accepted", "rejected", "reopened", "t0")]
     names = ["accepted", "rejected", "re-opened (resampled)", "t0 (first rejection)"]
     fig.legend(handles, names, loc="lower center", ncols=4, fontsize=9, frameon=False)
     s = trace.config
@@ -240,11 +247,12 @@ def round_layout(
     return fig
 
 
-def gif(frames: list[np.ndarray], seconds_per_frame: float = 0.6) -> bytes:
-    """An animated GIF (looping) of equally sized RGB frames."""
-    images = [Image.fromarray(f) for f in frames]
+def gif(frames: Iterable[np.ndarray], seconds_per_frame: float = 0.6) -> bytes:
+    """An animated GIF (looping) of equally sized RGB frames, encoded as they come (a generator
+    of frames keeps one in memory at a time)."""
+    frames = iter(frames)
+    first = Image.fromarray(next(frames))
     buf = io.BytesIO()
-    images[0].save(
-        buf, format="GIF", save_all=True, append_images=images[1:], duration=int(seconds_per_frame * 1000), loop=0
-    )
+    rest = (Image.fromarray(f) for f in frames)
+    first.save(buf, format="GIF", save_all=True, append_images=rest, duration=int(seconds_per_frame * 1000), loop=0)
     return buf.getvalue()

@@ -149,11 +149,11 @@ def test_replay_a_trace_file_and_reject_other_files(finished, tmp_path):
     assert len(view.canvases) == len(original.canvases)
     not_json = tmp_path / "x.json"
     not_json.write_text("{nope")
-    with pytest.raises(gr.Error, match="not a readable JSON file"):
+    with pytest.raises(gr.Error, match="not a trace: invalid JSON"):
         app.load_trace(str(not_json), None)
     not_trace = tmp_path / "y.json"
     not_trace.write_text(json.dumps({"hello": 1}))
-    with pytest.raises(gr.Error, match="not a mulo trace"):
+    with pytest.raises(gr.Error, match="not a trace: .method. is a required property"):
         app.load_trace(str(not_trace), None)
     with pytest.raises(gr.Error, match="choose a trace file"):
         app.load_trace(None, None)

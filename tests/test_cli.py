@@ -39,6 +39,12 @@ def test_generate_writes_image_and_valid_trace(method, tmp_path):
     assert method in proc.stdout
 
 
+NO_CUDA = "no CUDA device is available"
+NO_MPS = "no MPS device is available"
+
+
+# {tmp} is an existing folder and {file} an existing regular file inside it. A case whose
+# first word is a subcommand runs as given; any other runs as `generate --family toy ...`.
 @pytest.mark.parametrize(
     "args,message",
     [
@@ -48,13 +54,146 @@ def test_generate_writes_image_and_valid_trace(method, tmp_path):
         (["--method", "nope"], "error: method must be one of"),
         (["--prompt", " "], "error: prompt must not be empty"),
         (["--family", "nope"], "error: family must be one of"),
+        # output paths of generate
+        (["--trace", "{tmp}"], "error: --trace {tmp} is a directory, not a file"),
+        (["--out", "{tmp}"], "error: --out {tmp} is a directory, not a file"),
+        (["--out", "{file}/x.png"], "error: --out {file}/x.png: {file} is a file, not a directory"),
+        (["--trace", "{file}/sub/t.json"], "error: --trace {file}/sub/t.json: {file} is a file, not a directory"),
+        (["--out", "{tmp}/x.foo"], "error: --out {tmp}/x.foo has extension '.foo'; use .png, .jpg"),
+        (["--out", "{tmp}/x.h5"], "error: --out {tmp}/x.h5 has extension '.h5'; use .png"),  # a PIL stub saver
+        (["--out", "{tmp}/x"], "error: --out {tmp}/x has no extension; use .png"),
+        # devices
+        (["--device", "banana"], "error: --device must be cpu, cuda, cuda:N or mps (got 'banana')"),
+        (["--device", "meta"], "error: --device must be cpu, cuda, cuda:N or mps (got 'meta')"),
+        (["--device", "cuda"], f"error: --device cuda: {NO_CUDA}"),
+        (["--device", "cuda:7"], f"error: --device cuda:7: {NO_CUDA}"),
+        (["--device", "mps"], f"error: --device mps: {NO_MPS}"),
+        # bench, bench --profile-ar-dtok
+        (["bench", "--family", "toy", "--device", "banana"], "error: --device must be cpu, cuda, cuda:N or mps"),
+        (["bench", "--family", "toy", "--device", "cuda:7"], f"error: --device cuda:7: {NO_CUDA}"),
+        (["bench", "--family", "toy", "--out", "{file}"], "error: --out {file} is a file, not a directory"),
+        (["bench", "--family", "toy", "--out", "{file}/o"], "error: --out {file}/o: {file} is a file, not a directory"),
+        (["bench", "--family", "toy", "--json", "{tmp}"], "error: --json {tmp} is a directory, not a file"),
+        (["bench", "--profile-ar-dtok", "--device", "banana"], "error: --device must be cpu, cuda, cuda:N or mps"),
+        (["bench", "--profile-ar-dtok", "--device", "cuda"], f"error: --device cuda: {NO_CUDA}"),
+        (["bench", "--profile-ar-dtok", "--out", "{file}"], "error: --out {file} is a file, not a directory"),
+        # train
+        (["train", "twemoji", "--device", "banana"], "error: --device must be cpu, cuda, cuda:N or mps"),
+        (["train", "twemoji", "--device", "mps"], f"error: --device mps: {NO_MPS}"),
+        (["train", "twemoji", "--run-dir", "{file}"], "error: --run-dir {file} is a file, not a directory"),
+        (["train", "twemoji", "--assets", "{file}/a"], "error: --assets {file}/a: {file} is a file, not a directory"),
+        (["train", "twemoji", "--cache", "{file}"], "error: --cache {file} is a file, not a directory"),
     ],
 )
-def test_bad_input_is_one_line_and_nonzero(args, message, capsys):
+def test_bad_input_is_one_line_and_nonzero(args, message, tmp_path, monkeypatch, capsys):
+    import torch
+
     from mulo.__main__ import main
 
-    argv = ["generate"] + ([] if "--prompt" in args else ["--prompt", "red apple"])
-    argv += ([] if "--family" in args else ["--family", "toy"]) + args
+    if NO_CUDA in message and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    if NO_MPS in message and torch.backends.mps.is_available():
+        pytest.skip("this machine has an MPS device")
+    monkeypatch.chdir(tmp_path)  # train's default --run-dir and --assets are relative: keep them out of the repo
+    (tmp_path / "file").write_text("not a folder")
+
+    def fill(text):
+        return text.replace("{tmp}", str(tmp_path)).replace("{file}", str(tmp_path / "file"))
+
+    args, message = [fill(a) for a in args], fill(message)
+    if args[0] in ("bench", "train"):
+        argv = args
+    else:
+        argv = ["generate"] + ([] if "--prompt" in args else ["--prompt", "red apple"])
+        argv += ([] if "--family" in args else ["--family", "toy"]) + args
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(message), err
+
+
+def _boom(*args, **kwargs):
+    raise AssertionError("a model was loaded or run before the command line was checked")
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["generate", "--out", "{tmp}/x.foo"], "error: --out {tmp}/x.foo has extension '.foo'"),
+        (["generate", "--out", "{file}/x.png"], "error: --out {file}/x.png: {file} is a file, not a directory"),
+        (["generate", "--trace", "{tmp}"], "error: --trace {tmp} is a directory, not a file"),
+        (["generate", "--device", "banana"], "error: --device must be cpu, cuda, cuda:N or mps"),
+        (["bench", "--json", "{tmp}"], "error: --json {tmp} is a directory, not a file"),
+        (["train", "twemoji", "--run-dir", "{file}/run"], "error: --run-dir {file}/run: {file} is a file"),
+        (["download", "tar"], "error: the Hugging Face cache (HF_HUB_CACHE) {file}/hub: {file} is a file"),
+    ],
+)
+def test_paths_and_device_are_checked_before_any_model_loads(argv, message, tmp_path, monkeypatch, capsys):
+    """A bad path fails in a second, not after a generation, a benchmark, a training or a download."""
+    import mulo.engine
+    import mulo.families
+    import mulo.families.tar
+    import mulo.train.twemoji
+    from mulo.__main__ import main
+
+    file = tmp_path / "file"
+    file.write_text("not a folder")
+    for target in (mulo.engine.Engine, "__init__"), (mulo.engine.Engine, "generate"), (mulo.families, "load_family"):
+        monkeypatch.setattr(*target, _boom)
+    monkeypatch.setattr(mulo.train.twemoji, "run", _boom)
+    monkeypatch.setattr(mulo.families.tar, "download", _boom)
+    monkeypatch.setattr(mulo.families.tar, "_cache_dir", lambda: str(file / "hub"))
+
+    def fill(text):
+        return text.replace("{tmp}", str(tmp_path)).replace("{file}", str(file))
+
+    argv = [fill(a) for a in argv]
+    if argv[0] in ("generate", "bench"):
+        argv += ["--family", "toy"] + (["--prompt", "red apple"] if argv[0] == "generate" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(fill(message)), err
+
+
+def test_cuda_index_beyond_the_devices_present(monkeypatch, capsys):
+    import torch
+
+    from mulo.__main__ import main
+
+    # Pretend one GPU: the check must answer before anything touches it.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(["generate", "--family", "toy", "--prompt", "red apple", "--device", "cuda:7"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --device cuda:7: only 1 CUDA device(s) here, cuda:0 to cuda:0\n", err
+
+
+def test_unwritable_output_folder(tmp_path, monkeypatch, capsys):
+    import mulo.cli_checks
+    from mulo.__main__ import main
+
+    # os.access says yes to root for every folder, so the answer is faked rather than chmod-ed.
+    monkeypatch.setattr(mulo.cli_checks, "_writable", lambda path: path != tmp_path)
+    out = tmp_path / "sub" / "x.png"
+    assert main(["generate", "--family", "toy", "--prompt", "red apple", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {out}: {tmp_path} is not writable\n", err
+    assert not (tmp_path / "sub").exists()
+
+
+def test_failed_final_write_is_one_line(tmp_path, monkeypatch, capsys):
+    """Disk full (or a permission changed) after the checks passed: one line naming the file."""
+    import errno
+
+    import mulo.trace
+    from mulo.__main__ import main
+
+    trace = tmp_path / "x.json"
+
+    def disk_full(self, path=None):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(mulo.trace.Trace, "to_json", disk_full)
+    argv = ["generate", "--family", "toy", "--prompt", "red apple", "--method", "ar", "--trace", str(trace)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {trace}: No space left on device\n", err

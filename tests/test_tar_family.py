@@ -83,7 +83,7 @@ def test_golden_end_to_end_chain(golden_dir):
         def check(self, prompt):
             pass
 
-        def unknown_words(self, prompt):
+        def ignored(self, prompt):
             return []
 
         def alias(self, prompt):

@@ -7,7 +7,8 @@ vq           the VQ tokenizer shared by every resolution
 upsamplers   {r: learned token up-sampler}; the pixel up/down-sampler is built from vq
 conditioner  prompt -> condition tensor for every AR model of the family:
              ``check(prompt)`` validates cheaply (raises ValueError), ``(prompt, seed)`` computes
-             the condition (seeded where it samples, as Tar's LLM does), ``unknown_words(prompt)``,
+             the condition (seeded where it samples, as Tar's LLM does), ``ignored(prompt)``
+             (what of the prompt the condition leaves out: unknown words, characters, truncation),
              ``alias(prompt)`` (the text to condition on instead, e.g. an emoji's name for its
              short name, or None)
 """
@@ -70,9 +71,9 @@ class Family:
         """The condition of ``prompt`` for every AR model (raises ValueError if unusable)."""
         return self.conditioner(prompt, seed).to(self.device)
 
-    def unknown_words(self, prompt: str) -> list[str]:
-        """Words of ``prompt`` the conditioner ignores (reported in the trace's warnings)."""
-        return self.conditioner.unknown_words(prompt)
+    def prompt_notes(self, prompt: str) -> list[str]:
+        """What of ``prompt`` the condition leaves out, one sentence each (the trace's warnings)."""
+        return self.conditioner.ignored(prompt)
 
     def alias(self, prompt: str) -> str | None:
         """The text the family conditions on instead of ``prompt`` when aliases are on, or None."""

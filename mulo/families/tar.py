@@ -148,8 +148,8 @@ class TarConditioner:
         if not prompt.strip():
             raise ValueError("prompt must not be empty")
 
-    def unknown_words(self, prompt: str) -> list[str]:
-        return []  # a sub-word tokenizer: nothing is unknown
+    def ignored(self, prompt: str) -> list[str]:
+        return []  # a sub-word tokenizer reads every character
 
     def alias(self, prompt: str) -> None:
         return None  # the LLM reads any prompt

@@ -31,8 +31,11 @@ class HashedWords:
     def __init__(self, cond_len: int, cond_dim: int, seed: int):
         self.cond_len, self.cond_dim, self.seed = cond_len, cond_dim, seed
 
-    def unknown_words(self, prompt: str) -> list[str]:
-        return []  # every word hashes to a vector
+    def ignored(self, prompt: str) -> list[str]:
+        words = prompt.lower().split()  # every word hashes to a vector; only the first few are used
+        if len(words) > self.cond_len:
+            return [f"only the first {self.cond_len} words are used (dropped: {' '.join(words[self.cond_len:])})"]
+        return []
 
     def alias(self, prompt: str) -> None:
         return None

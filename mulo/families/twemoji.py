@@ -61,8 +61,21 @@ class PromptConditioner:
     def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
         return self.clip.condition(prompt)[0]  # deterministic: the seed does not matter
 
-    def unknown_words(self, prompt: str) -> list[str]:
-        return self.clip.tokenizer.split(prompt)[1]
+    def ignored(self, prompt: str) -> list[str]:
+        """What of ``prompt`` the condition leaves out, one sentence each (the trace's warnings)."""
+        tokenizer = self.clip.tokenizer
+        known, unknown = tokenizer.split(prompt)
+        notes = [f"unknown words ignored: {', '.join(unknown)}"] if unknown else []
+        # accents, emoji, other scripts: the tokenizer reads a-z and digits (ASCII punctuation separates words)
+        dropped = sorted({c for c in prompt if not c.isascii() and not c.isspace()})
+        if dropped:
+            notes.append(f"characters ignored: {' '.join(dropped)}")
+        if len(known) > tokenizer.max_len:
+            notes.append(
+                f"only the first {tokenizer.max_len} known words are used "
+                f"(dropped: {' '.join(known[tokenizer.max_len:])})"
+            )
+        return notes
 
 
 def build(folder: str | Path = ASSETS) -> Family:

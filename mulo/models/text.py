@@ -133,7 +133,11 @@ class MiniCLIP(nn.Module):
         """Word ids and unknown words of ``prompt``; ValueError when no word is known."""
         ids, unknown = self.tokenizer.encode(prompt)
         if not bool((ids > 0).any()):
-            raise ValueError(f"no known word in the prompt {prompt!r} (unknown: {', '.join(unknown) or 'none'})")
+            if not unknown:  # emoji, punctuation, accents only: nothing the word tokenizer reads
+                raise ValueError(
+                    f"no known word in the prompt {prompt!r}: this family reads words of letters a-z and digits"
+                )
+            raise ValueError(f"no known word in the prompt {prompt!r} (unknown: {', '.join(unknown)})")
         return ids, unknown
 
     @torch.no_grad()

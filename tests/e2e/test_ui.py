@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,27 @@ def test_generate_scrub_click_download(page: Page, app_url):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui.png"), full_page=True)
     assert not errors, errors
+
+
+@pytest.mark.e2e
+def test_a_trace_with_markup_shows_it_as_text(page: Page, app_url, tmp_path):
+    from mulo.engine import Engine
+    from mulo.families import toy
+
+    markup = '<img src="https://evil.example/beacon.png"> [CLICK HERE TO LOG IN](https://evil.example) <form><input></form>'
+    data = Engine(toy.build()).generate("red apple", "ar", 0).trace.to_dict()
+    data.update(prompt=markup, warnings=[f"see www.evil.example {markup}"])
+    path = tmp_path / "markup.json"
+    path.write_text(json.dumps(data))
+    requested = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(app_url)
+    page.get_by_role("tab", name="Replay a trace").click()
+    page.locator("#trace-upload input[type=file]").set_input_files(str(path))
+    page.locator("#load").click()
+    summary = page.locator("#replay-summary")
+    expect(summary).to_contain_text("CLICK HERE TO LOG IN", timeout=60_000)
+    text = summary.inner_text()
+    assert '<img src="https://evil.example/beacon.png">' in text and "[CLICK HERE TO LOG IN](" in text
+    assert summary.locator("img, a, form, input").count() == 0  # nothing rendered as markup
+    assert not any("evil.example" in url for url in requested)

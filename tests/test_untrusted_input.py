@@ -1,0 +1,182 @@
+"""Untrusted input to the app: hostile trace files, markup, disk and memory that stay bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import gradio as gr
+import numpy as np
+import pytest
+
+import app
+from mulo import viz
+from mulo.markdown import plain
+from mulo.session import replay_view
+from mulo.tempfiles import TempFiles
+from mulo.trace import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB, Trace
+from tests.helpers import REPO
+from tests.hostile_traces import corpus
+
+
+@pytest.fixture(scope="module")
+def base_trace(engine) -> dict:
+    return engine.generate("red apple", "mulo", 0, {"tau": 0.3}).trace.to_dict()
+
+
+def test_hostile_traces_cost_under_200_mb_and_2_s_and_say_what_is_wrong(base_trace, tmp_path):
+    files = corpus(base_trace)
+    for name, (content, _) in files.items():
+        data = content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass")
+        (tmp_path / f"{name}.json").write_bytes(data)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MULO_FAMILY": "toy"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.hostile_traces", str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["name"]: row for row in json.loads(proc.stdout.splitlines()[-1])}
+    assert set(rows) == set(files)
+    report = "\n".join(f"{r['name']}: {r['seconds']} s, {r['peak_mb']:.0f} MB, {r['message']}" for r in rows.values())
+    print(report)  # the measured cost of every file (pytest -s shows it)
+    for name, (_, pattern) in files.items():
+        row = rows[name]
+        if pattern:
+            assert re.search(pattern, row["message"]), f"{name}: {row['message']}"
+        else:
+            assert row["message"] == "", f"{name} must load: {row['message']}"
+        assert row["peak_mb"] < 200, f"{name} cost {row['peak_mb']:.0f} MB"
+        assert max(row["seconds"]) < 2.0, f"{name} took {row['seconds']} s"
+
+
+def test_trace_bounds_cover_every_family(toy):
+    from mulo.families import tar, twemoji
+
+    assert max(toy.grid) <= MAX_GRID_SIDE and toy.vocab_size <= MAX_VOCAB
+    config = json.loads((twemoji.ASSETS / "target.json").read_text())  # a square grid of max_seq_len tokens
+    assert config["max_seq_len"] <= MAX_GRID_SIDE**2 and config["vocab_size"] <= MAX_VOCAB
+    vq16_codes, vq16_downsampling = 16384, 16  # LlamaGen's VQ-16, Tar's image tokenizer
+    assert max(res // vq16_downsampling for res in tar.RATIOS) == MAX_GRID_SIDE  # Tar at 1024 px
+    assert vq16_codes == MAX_VOCAB
+    # the longest twemoji trace there can be (16x16 tokens, a round per token, every grid random) loads
+    longest = json.dumps(_sd_like(config["vocab_size"], 16, 256))
+    assert len(longest) < MAX_TRACE_BYTES / 2 and len(Trace.from_json(longest).rounds) == 256
+
+
+def _sd_like(vocab: int, side: int, rounds: int) -> dict:
+    """A trace shaped like SD's on a side x side grid with ``rounds`` rounds (values plausible)."""
+    rng = np.random.default_rng(0)
+    grid = lambda low, high: rng.integers(low, high, (side, side)).tolist()  # noqa: E731
+    rnd = {
+        "index": 0, "label": "verify", "t0": 3, "timings_s": {"verify": 0.01}, "nfe": {"target": 1, "drafter": 4},
+        "draft": grid(-1, vocab), "accepted": grid(0, 2), "rejected": grid(0, 2), "reopened": grid(0, 2),
+        "islands": grid(0, 3), "resampled": grid(0, 2), "tokens": grid(-1, vocab),
+        "score": np.round(rng.random((side, side)), 6).tolist(), "low_draft": None,
+    }  # fmt: skip
+    config = {"cfg": 1.0, "temperature": 1.0, "top_k": 0, "top_p": 0.8}
+    return {
+        "method": "sd", "family": "twemoji", "prompt": "p", "seed": 0, "config": config, "device": "cpu",
+        "dtype": "float32", "versions": {}, "grid": [side, side], "tokens": grid(0, vocab), "latency_s": 1.0,
+        "timings_s": {}, "nfe": {"target": rounds, "drafter": 4 * rounds},
+        "rounds": [dict(rnd, index=i) for i in range(rounds)],
+    }  # fmt: skip
+
+
+MARKUP = '<img src="https://evil.example/beacon.png"> [CLICK HERE TO LOG IN](https://evil.example) # big *x*'
+
+
+def test_plain_escapes_every_markup_character():
+    text = plain(MARKUP + "\n<form action=x><input></form> www.evil.example `code` &amp;")
+    assert "<" not in text and ">" not in text and "\n" not in text
+    assert "](" not in text and "[" not in text.replace("\\[", "") and "`" not in text.replace("\\`", "")
+    assert "&amp;amp\\;" in text  # an entity in the input stays the literal text "&amp;"
+    assert plain("x" * 500, 40).endswith("…") and len(plain("x" * 500, 40)) == 40
+
+
+def test_markup_in_a_trace_file_is_shown_as_text(base_trace, tmp_path):
+    data = dict(base_trace, prompt=MARKUP, warnings=[f"<form>{MARKUP}</form>"], condition_text="<b>bold</b>")
+    data["rounds"] = [dict(r, label="<script>x</script>") for r in data["rounds"]]
+    path = tmp_path / "markup.json"
+    path.write_text(json.dumps(data))
+    _, summary, state = app.load_trace(str(path), None)
+    label = next(iter(state["views"]))
+    info = app.show_round(state, label, 0, 0.5, ["accepted"])[6]
+    for text in (summary, info):
+        assert not re.search(r"<(img|form|script|b|a)\b", text) and "](" not in text, text
+    assert "&lt;img src\\=&quot;https\\:" in summary and "&lt;script&gt;" in info
+
+
+def test_round_pictures_of_a_replay_are_drawn_on_demand(base_trace, toy, monkeypatch):
+    from mulo import session
+
+    calls = []
+    original = session.Painter.__call__
+    monkeypatch.setattr(session.Painter, "__call__", lambda self, tokens: calls.append(1) or original(self, tokens))
+    view = replay_view(Trace.from_dict(base_trace), toy)
+    assert len(calls) == 1  # the final image only
+    first = view.canvases[0]
+    assert first is view.canvases[0] and len(calls) == 2  # drawn once, then kept
+    assert len(view.drafts) == len(view.canvases) == len(base_trace["rounds"])
+    with pytest.raises(IndexError):
+        view.canvases[len(base_trace["rounds"])]
+
+
+def test_drawings_are_bounded_by_their_output_size():
+    wide = np.zeros((1, 1024, 3), np.uint8)  # a 1x1024 grid: enlarging by its height was 256x
+    assert viz.enlarge(wide, 256).shape == (1, 1024, 3)
+    assert viz.enlarge(np.zeros((16, 32, 3), np.uint8), 256).shape == (128, 256, 3)
+    assert app.ui.gif_rounds(1000) == sorted(set(app.ui.gif_rounds(1000)))
+    assert len(app.ui.gif_rounds(1000)) == app.ui.MAX_GIF_FRAMES and app.ui.gif_rounds(1000)[-1] == 999
+    assert app.ui.gif_rounds(5) == [0, 1, 2, 3, 4]
+
+
+def test_temp_files_are_deleted_on_a_schedule(tmp_path):
+    files = TempFiles(tmp_path, max_age_s=60, every_s=0)
+    old = files.write(b"x", "old.json")
+    past = time.time() - 120
+    os.utime(os.path.dirname(old), (past, past))
+    files.png(np.zeros((4, 4, 3), np.uint8), "new")  # writing sweeps what is older than max_age_s
+    assert not os.path.exists(old) and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_long_running_app_keeps_its_temp_folder_bounded(tmp_path, monkeypatch):
+    files = TempFiles(tmp_path, max_age_s=0, every_s=0)  # every write sweeps whatever came before
+    monkeypatch.setattr(app.ui, "FILES", files)
+    for seed in range(4):
+        final = list(app.generate("red apple", seed, "toy"))[-1]
+        app.export_gif(final[-1], "MuLo-SD")
+        assert len(list(tmp_path.iterdir())) <= 1  # only the file just written survives the next write
+
+
+def test_sessions_files_and_uploads_are_bounded_in_the_app():
+    demo = app.build_demo()
+    assert demo.delete_cache == (600, 3600)  # gradio's copies of our files
+    states = [b for b in demo.blocks.values() if isinstance(b, gr.State)]
+    assert states and all(s.time_to_live == app.ui.STATE_TTL_S for s in states)
+    assert app.LAUNCH_KW["max_file_size"] == MAX_TRACE_BYTES and app.LAUNCH_KW["enable_monitoring"] is False
+    assert app.LAUNCH_KW["state_session_capacity"] <= 1000
+    lanes = {fn.name: fn.concurrency_id for fn in demo.fns.values()}
+    assert lanes["generate"] == "gpu" and lanes["load_trace"] not in ("gpu", lanes["show_round"])
+
+
+def test_prompts_are_checked_before_any_model_runs(monkeypatch):
+    from mulo.engine import Engine
+
+    monkeypatch.setattr(Engine, "stream", lambda *a, **k: pytest.fail("a model ran"))
+    for prompt, message in [
+        ("red \ud800 apple", "prompt is not valid text"),
+        ("red\x00apple", r"control characters \(found U\+0000\)"),
+        (None, "prompt is required"),
+        (5, "prompt must be a string"),
+    ]:
+        with pytest.raises(gr.Error, match=message):
+            list(app.generate(prompt, 0, "toy"))
+
+
+def test_prompt_truncation_is_reported(engine):
+    trace = engine.generate("one two three four five six", "ar", 0).trace
+    assert trace.warnings == ["only the first 4 words are used (dropped: five six)"]
