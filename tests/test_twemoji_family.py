@@ -169,3 +169,14 @@ def test_quick_benchmark_writes_the_contract(tmp_path):
     for row in result["methods"].values():
         assert row["fd"] is not None and 0 <= row["adherence"] <= 1 and row["latency_s"] > 0
     assert result["device"] == "cpu" and result["threads"] >= 1
+
+
+def test_what_a_prompt_loses_is_reported(engine):
+    from mulo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="no known word in the prompt '🍕': this family reads words of letters a-z"):
+        engine.check("🍕", "ar", 0, None)
+    _, _, notes = engine.check("red 🍕 apple café", "ar", 0, None)
+    assert notes == ["unknown words ignored: caf", "characters ignored: é 🍕"]
+    _, _, notes = engine.check(" ".join(["red apple"] * 9), "ar", 0, None)
+    assert notes == ["only the first 16 known words are used (dropped: red apple)"]
