@@ -139,9 +139,10 @@ class GenerateRequest:
     knobs: dict  # GenerationConfig keys -> values; knobs left empty take the family's defaults
 
 
-def parse_request(prompt, seed, family, third, knob_values: dict, knobs, limits, families, baselines):
+def parse_request(prompt, seed, family, third, knob_values: dict, knobs, limits_for, families, baselines):
     """Check every field of a request before any model runs; raise ``ConfigError`` on the first
-    problem. ``knobs``: the app's ``KNOBS`` table; ``limits``: the family's slider maxima."""
+    problem. ``knobs``: the app's ``KNOBS`` table; ``limits_for(family)``: that family's slider
+    maxima (called once the family name is known to be valid)."""
     if prompt is None:
         raise ConfigError("prompt is required")
     prompt = validate_prompt(prompt)
@@ -152,7 +153,7 @@ def parse_request(prompt, seed, family, third, knob_values: dict, knobs, limits,
         raise ConfigError(f"family must be one of {', '.join(families)} (got {_shown(family)})")
     if not isinstance(third, str) or third not in baselines:
         raise ConfigError(f"third method must be one of {', '.join(baselines)} (got {_shown(third)})")
-    values = {}
+    limits, values = limits_for(family), {}
     for name, _, _, spec in knobs:
         value = knob_values.get(name)
         if value is not None:

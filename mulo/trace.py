@@ -95,9 +95,9 @@ class Round:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict, bounds: Bounds | None = None, where: str = "round") -> Round:
-        """A round from its JSON form; every grid is checked against ``bounds`` (see ``Bounds``)."""
-        b = bounds or Bounds.of_grid(_shape_of(d.get("tokens")))
+    def from_dict(cls, d: dict, b: Bounds, where: str = "round") -> Round:
+        """A round from its JSON form (already schema-checked by ``parse``); every grid is checked
+        against the trace's ``Bounds``."""
         cells = b.cells
         return cls(
             index=int(d["index"]),
@@ -224,7 +224,7 @@ MAX_TEXT = 2048  # characters of any string
 MAX_ITEMS = 64  # entries of warnings, versions, config
 MAX_NFE = 10**9
 MAX_SCORE = 1.001  # probabilities and min(1, p/q), with room for float rounding
-MAX_TRACE_BYTES = 10 * 2**20  # a file; the app's upload limit too (a 32x32-token SD trace is ~3 MB)
+MAX_TRACE_BYTES = 10 * 2**20  # a file; the app's upload limit too (the longest 16x16 trace: < 5 MB, tested)
 # A JSON list costs ~64 bytes of memory for as little as 3 bytes of file ("[],"): a file may hold
 # at most one list per this many bytes (a real trace: one per grid row of >= 8 cells, >= 16 bytes).
 BYTES_PER_LIST = 12
@@ -246,16 +246,6 @@ class Bounds:
     @property
     def cells(self) -> int:
         return self.shape[0] * self.shape[1]
-
-    @classmethod
-    def of_grid(cls, shape) -> Bounds:
-        return cls(tuple(shape) if shape else (1, 1))
-
-
-def _shape_of(value) -> tuple[int, int] | None:
-    if isinstance(value, list) and value and isinstance(value[0], list):
-        return len(value), len(value[0])
-    return None
 
 
 _GRID = {"type": "array", "minItems": 1, "maxItems": MAX_GRID_SIDE}  # rows; cells are checked with numpy

@@ -284,16 +284,16 @@ def generate(
         "island_window": island_window, "zipar_window": zipar_window, "cfg": cfg, "temperature": temperature,
         "top_k": top_k, "top_p": top_p,
     }  # fmt: skip
-    family = DEFAULT_FAMILY if family is None else family
     try:  # every problem is reported before any model runs
-        if family not in FAMILY_CHOICES:
-            raise ConfigError(f"family must be one of {', '.join(FAMILY_CHOICES)} (got {str(family)[:40]!r})")
-        engine = engine_for(family)
         request = parse_request(
-            prompt, seed, family, "none" if third is None else third, knob_values, KNOBS,
-            knob_limits(engine.family.vocab_size), FAMILY_CHOICES, BASELINES,
+            prompt, seed, DEFAULT_FAMILY if family is None else family, "none" if third is None else third,
+            knob_values, KNOBS, lambda name: knob_limits(engine_for(name).family.vocab_size),
+            FAMILY_CHOICES, BASELINES,
         )  # fmt: skip
-        prompt, seed, third, config = request.prompt, request.seed, request.third, request.knobs
+        prompt, seed, family, third, config = (
+            request.prompt, request.seed, request.family, request.third, request.knobs
+        )  # fmt: skip
+        engine = engine_for(family)  # loaded above (cached)
         plan = method_plan(third)
         for _, method in plan:
             engine.check(prompt, method, seed, method_knobs(config, method))

@@ -59,9 +59,8 @@ def test_trace_bounds_cover_every_family(toy):
     assert max(toy.grid) <= MAX_GRID_SIDE and toy.vocab_size <= MAX_VOCAB
     config = json.loads((twemoji.ASSETS / "target.json").read_text())  # a square grid of max_seq_len tokens
     assert config["max_seq_len"] <= MAX_GRID_SIDE**2 and config["vocab_size"] <= MAX_VOCAB
-    vq16_codes, vq16_downsampling = 16384, 16  # LlamaGen's VQ-16, Tar's image tokenizer
-    assert max(res // vq16_downsampling for res in tar.RATIOS) == MAX_GRID_SIDE  # Tar at 1024 px
-    assert vq16_codes == MAX_VOCAB
+    # Tar's image tokenizer is LlamaGen's VQ-16 (vq_ds16_t2i.pt): 16x down-sampling, 16384 codes
+    assert max(res // 16 for res in tar.RATIOS) <= MAX_GRID_SIDE and 16384 <= MAX_VOCAB
     # the longest twemoji trace there can be (16x16 tokens, a round per token, every grid random) loads
     longest = json.dumps(_sd_like(config["vocab_size"], 16, 256))
     assert len(longest) < MAX_TRACE_BYTES / 2 and len(Trace.from_json(longest).rounds) == 256
