@@ -2,7 +2,7 @@
 
 ``python app.py [--host H] [--port P]`` serves it (127.0.0.1:7860 by default; ``MULO_FAMILY``
 picks the default family); on Hugging Face Spaces the same file is the app. This file is the
-layout; the handlers are in ``mulo.ui``, the pictures in ``mulo.viz``, the runs in ``mulo.session``.
+layout; the handlers are in ``mulo.ui.handlers``, the pictures in ``mulo.viz``, the runs in ``mulo.views``.
 """
 
 from __future__ import annotations
@@ -14,32 +14,26 @@ import os
 import gradio as gr
 import numpy as np
 
-from mulo import ui
 from mulo.inputs import RawDropdown, RawText, SeedBox
 from mulo.trace import MAX_TRACE_BYTES
-from mulo.ui import (  # noqa: F401  (re-exported: the handlers are app.generate, app.show_round, ...)
-    BASELINES,
-    DISPLAY,
-    EXAMPLE_PROMPTS,
-    EXPLAINER,
-    KNOBS,
-    METRICS_LEGEND,
-    OUT_DIR,
+from mulo.ui import engines
+from mulo.ui.files import OUT_DIR, example_traces
+from mulo.ui.handlers import (
+    STATE_TTL_S,
     after_generate,
-    default_config,
-    describe_token,
-    engine_for,
-    example_traces,
     export_figure,
     export_gif,
     generate,
-    knob_component,
     load_trace,
     play_rounds,
     show_round,
     step_round,
     token_info,
 )
+from mulo.ui.knobs import KNOBS, baselines, default_config, default_limits, family_knobs, knob_component
+from mulo.ui.text import EXPLAINER, METRICS_LEGEND
+
+EXAMPLE_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown"]
 
 
 class Demo(gr.Blocks):
@@ -64,7 +58,7 @@ def build_demo() -> gr.Blocks:
         gr.Markdown("# mulo: plain AR vs MuLo-SD, every round visible")
         with gr.Accordion("How MuLo-SD works", open=False):
             gr.Markdown(EXPLAINER)
-        state = gr.State(time_to_live=ui.STATE_TTL_S)
+        state = gr.State(time_to_live=STATE_TTL_S)
         with gr.Tab("Generate"):
             with gr.Row():
                 prompt = RawText(
@@ -83,20 +77,20 @@ def build_demo() -> gr.Blocks:
             with gr.Accordion("Advanced", open=False):
                 with gr.Row():
                     family = RawDropdown(
-                        list(ui.FAMILY_CHOICES),
-                        value=ui.DEFAULT_FAMILY,
+                        list(engines.FAMILY_CHOICES),
+                        value=engines.DEFAULT_FAMILY,
                         label="family",
                         info="twemoji: trained here (CPU); toy: random weights (code paths only); "
                         "tar: the real Tar models (GPU, weights from `python -m mulo download tar`)",
                     )
                     third = RawDropdown(
-                        list(BASELINES),
+                        list(baselines()),
                         value="none",
                         label="third column",
                         info="also run a baseline on the same request",
                     )
                 knobs = []
-                defaults, limits = default_config(), ui.default_limits()
+                defaults, limits = default_config(), default_limits()
                 with gr.Row():
                     for knob in KNOBS[:8]:
                         knobs.append(knob_component(knob, defaults[knob[0]], limits))
@@ -168,7 +162,7 @@ def build_demo() -> gr.Blocks:
         # "gpu" lane) in lanes of their own, several at a time, so a slow one never queues the others.
         replay_lane = dict(concurrency_id="replay", concurrency_limit=2, **private)
         view_lane = dict(concurrency_id="view", concurrency_limit=4, **private)
-        family.input(ui.family_knobs, family, knobs, **private)  # its recommended values and ranges
+        family.input(family_knobs, family, knobs, **private)  # its recommended values and ranges
         randomize.click(lambda: str(np.random.default_rng().integers(0, 2**63)), None, seed, **private)
         gen = run.click(
             generate,
@@ -225,7 +219,7 @@ def main(argv=None) -> None:
     parser.add_argument("--queue-size", type=int, default=32, help="waiting requests beyond this are turned away")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine_for(ui.DEFAULT_FAMILY)  # load at start (on ZeroGPU: on CUDA at import, as it asks)
+    engines.engine_for(engines.DEFAULT_FAMILY)  # load at start (on ZeroGPU: on CUDA at import, as it asks)
     demo = build_demo().queue(max_size=args.queue_size)
     demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(OUT_DIR)], **LAUNCH_KW)
 

@@ -1,7 +1,9 @@
 """Command line: ``python -m mulo generate --prompt "red apple" --method mulo --seed 0``.
 
-Every knob of ``GenerationConfig`` is a flag of the same name (``rows_per_block`` ->
-``--rows-per-block``). Bad input ends with one ``error:`` line and exit status 2.
+Every knob of ``GenerationConfig`` is a flag named by its key (``rows_per_block`` ->
+``--rows-per-block``; the guidance scale is ``--cfg``, also ``--guidance``), its help the field's
+own. Methods come from the registry (``mulo.methods``). Bad input ends with one ``error:`` line
+and exit status 2.
 """
 
 from __future__ import annotations
@@ -14,38 +16,29 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from mulo.cli_checks import check_device, check_output_dir, check_output_file, image_suffixes
-from mulo.config import METHODS, GenerationConfig
+from mulo.config import GenerationConfig, key_of
 
 log = logging.getLogger("mulo")
 
 
 def _knob_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("method knobs (defaults: the family's recommended values)")
-    comments = _field_comments()
     for f in fields(GenerationConfig):
-        flag = "--" + f.name.replace("_", "-")
+        key = key_of(f)
+        flags = ["--" + key.replace("_", "-")] + (["--" + f.name.replace("_", "-")] if key != f.name else [])
         default = f.default if f.default is not MISSING else None
-        help_text = f"{comments.get(f.name, '')} (default {default})"
+        help_text = f"{f.metadata['help']} (default {default})"
         if isinstance(default, bool):
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            group.add_argument(*flags, dest=key, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
-            group.add_argument(
-                flag, dest=f.name, type=type(default), default=None, metavar=f.name.upper(), help=help_text
-            )
+            group.add_argument(*flags, dest=key, type=type(default), default=None, metavar=key.upper(), help=help_text)
 
 
-def _field_comments() -> dict[str, str]:
-    """The one-line explanation after each field in config.py, reused as --help text."""
-    import inspect
+def _method_help() -> str:
+    from mulo import methods
 
-    import mulo.config as config_module
-
-    out = {}
-    for line in inspect.getsource(config_module.GenerationConfig).splitlines():
-        name, _, rest = line.strip().partition(":")
-        if "#" in rest and name.isidentifier():
-            out[name] = rest.split("#", 1)[1].strip()
-    return out
+    listed = "; ".join(f"{m.name}: {m.summary}" for m in methods.REGISTRY.values())
+    return f"decoding method (default mulo). {listed}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="twemoji",
         help="model family: twemoji (default), toy, or tar (= tar-1.5b-512), tar-1.5b-1024, tar-7b-512, tar-7b-1024",
     )
-    gen.add_argument("--method", default="mulo", help=f"one of {', '.join(METHODS)} (default mulo)")
+    gen.add_argument("--method", default="mulo", help=_method_help())
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
@@ -202,7 +195,8 @@ def cmd_generate(args) -> int:
     from mulo.engine import Engine
     from mulo.families import load_family
 
-    knobs = {f.name: getattr(args, f.name) for f in fields(GenerationConfig) if getattr(args, f.name) is not None}
+    keys = [key_of(f) for f in fields(GenerationConfig)]
+    knobs = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
     engine = Engine(load_family(args.family, args.device))
     result = engine.generate(args.prompt, args.method, args.seed, knobs)
     summary = result.trace.summary()

@@ -16,22 +16,13 @@ import numpy as np
 import torch
 
 import mulo
-from mulo.config import ConfigError, GenerationConfig, validate, validate_method, validate_prompt, validate_seed
-from mulo.methods import ar, sjd, speculative, zipar
-from mulo.methods import mulo as mulo_sd
+from mulo import methods
+from mulo.config import ConfigError, GenerationConfig, key_of, validate, validate_prompt, validate_seed
 from mulo.methods.common import DecodeContext
 from mulo.models.vq import to_uint8
+from mulo.streams import Returning, drain
 from mulo.timing import PhaseTimer
 from mulo.trace import Round, Trace
-
-METHOD_FUNCTIONS = {
-    "ar": ar.generate,
-    "zipar": zipar.generate,
-    "sjd": sjd.generate,
-    "sd": speculative.generate,
-    "lantern": speculative.generate_lantern,
-    "mulo": mulo_sd.generate,
-}
 
 
 @dataclass
@@ -61,7 +52,7 @@ class Engine:
         """Dataclass defaults <- the family's recommended values <- the request's values."""
         if isinstance(config, GenerationConfig):
             return config
-        known = {f.name for f in fields(GenerationConfig)}
+        known = {key_of(f) for f in fields(GenerationConfig)}
         values = {k: v for k, v in self.family.defaults.items() if k in known}
         values.update(config or {})
         return GenerationConfig.from_dict(values)
@@ -69,36 +60,33 @@ class Engine:
     def check(self, prompt, method: str, seed, config) -> tuple[str, GenerationConfig, list[str]]:
         """Validate a request (cheaply: no model runs); returns the normalised prompt, the full
         config and warnings (prompt words the family does not know are reported, never dropped)."""
-        validate_method(method)
+        spec = methods.get(method)
         prompt = validate_prompt(prompt)
         validate_seed(seed)
-        cfg = self.make_config(config)
+        knobs = self.make_config(config)
         fam = self.family
-        validate(cfg, vocab_size=fam.vocab_size, ratios=fam.ratios, grid=fam.grid)
-        if method in ("sd", "lantern") and fam.draft_model is None:
-            raise ConfigError(f"method {method} needs a same-grid draft model, which family {fam.name} lacks")
-        if method == "mulo" and cfg.upsampler == "learned" and cfg.r not in fam.upsamplers:
-            raise ConfigError(f"upsampler=learned has no model for r={cfg.r} in family {fam.name}")
+        validate(knobs, vocab_size=fam.vocab_size, ratios=fam.ratios, grid=fam.grid)
+        spec.check(fam, knobs)
         try:
             fam.check_prompt(prompt)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        return prompt, cfg, fam.prompt_notes(prompt)
+        return prompt, knobs, fam.prompt_notes(prompt)
 
     def stream(self, prompt: str, method: str = "mulo", seed: int = 0, config=None):
         """Yield each Round of one generation; return its Result."""
-        prompt, cfg, warnings = self.check(prompt, method, seed, config)
+        prompt, knobs, warnings = self.check(prompt, method, seed, config)
         fam = self.family
         with self.lock:
             timer = PhaseTimer(fam.device)
             start = time.perf_counter()
-            alias = fam.alias(prompt) if cfg.aliases else None
+            alias = fam.alias(prompt) if knobs.aliases else None
             with timer.phase("condition"):  # Tar: the LLM's semantic tokens + TA-Tok decoding
                 cond = fam.condition(alias or prompt, seed)
-            ctx = DecodeContext(fam, cond, cfg, torch.Generator().manual_seed(seed), timer)
+            ctx = DecodeContext(fam, cond, knobs, torch.Generator().manual_seed(seed), timer)
             rounds: list[Round] = []
             paused = [0.0]  # seconds the consumer held the generator between rounds
-            tokens = yield from _collect(METHOD_FUNCTIONS[method](ctx), rounds, paused)
+            tokens = yield from _collect(methods.get(method).generate(ctx), rounds, paused)
             with timer.phase("vq_decode"):
                 image = to_uint8(fam.vq.decode(tokens[None].to(fam.device)))[0].numpy()
             latency = time.perf_counter() - start - paused[0]
@@ -107,7 +95,7 @@ class Engine:
                 family=fam.name,
                 prompt=prompt,
                 seed=seed,
-                config=cfg.to_dict(),
+                config=knobs.to_dict(),
                 device=str(fam.device),
                 dtype=str(next(fam.target.parameters()).dtype).replace("torch.", ""),
                 versions=versions(),
@@ -123,12 +111,7 @@ class Engine:
             return Result(tokens, image, trace)
 
     def generate(self, prompt: str, method: str = "mulo", seed: int = 0, config=None) -> Result:
-        stream = self.stream(prompt, method, seed, config)
-        while True:
-            try:
-                next(stream)
-            except StopIteration as done:
-                return done.value
+        return drain(self.stream(prompt, method, seed, config))
 
 
 def _collect(method_run, rounds: list[Round], paused: list[float]):
@@ -138,12 +121,10 @@ def _collect(method_run, rounds: list[Round], paused: list[float]):
     generator between rounds (``paused``), so a UI that draws every round does not slow the
     method it measures.
     """
-    while True:
-        try:
-            rnd = next(method_run)
-        except StopIteration as done:
-            return done.value
+    run = Returning(method_run)
+    for rnd in run:
         rounds.append(rnd)
         held = time.perf_counter()
         yield rnd
         paused[0] += time.perf_counter() - held
+    return run.value

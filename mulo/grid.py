@@ -1,4 +1,4 @@
-"""Token-grid geometry: raster order, multi-scale parent/child maps, neighbourhoods, islands.
+"""Token-grid geometry: raster order, neighbourhoods, islands.
 
 Grids are ``[H, W]`` tensors in raster (row-major) order; raster index ``i = row * W + col``.
 """
@@ -9,41 +9,6 @@ from collections import deque
 
 import torch
 import torch.nn.functional as F
-
-
-def to_rc(index: int | torch.Tensor, width: int):
-    """Raster index -> (row, col)."""
-    return index // width, index % width
-
-
-def to_raster(row, col, width: int):
-    """(row, col) -> raster index."""
-    return row * width + col
-
-
-def check_ratio(high: tuple[int, int], low: tuple[int, int]) -> int:
-    """The integer ratio r between a high-res grid and a low-res grid (same for both axes)."""
-    (h, w), (hq, wq) = high, low
-    if h % hq or w % wq or h // hq != w // wq:
-        raise ValueError(f"grid {h}x{w} is not an integer multiple r of grid {hq}x{wq}")
-    return h // hq
-
-
-def parent_index(high: tuple[int, int], r: int) -> torch.Tensor:
-    """``[H*W]``: for every high-res token, the raster index of its low-res parent (r x r patch)."""
-    h, w = high
-    rows = torch.arange(h)[:, None] // r
-    cols = torch.arange(w)[None, :] // r
-    return (rows * (w // r) + cols).reshape(-1)
-
-
-def child_index(low: tuple[int, int], r: int) -> torch.Tensor:
-    """``[Hq*Wq, r*r]``: the raster indices of each low-res token's r x r high-res children."""
-    hq, wq = low
-    w = wq * r
-    rows = torch.arange(hq)[:, None, None, None] * r + torch.arange(r)[None, None, :, None]
-    cols = torch.arange(wq)[None, :, None, None] * r + torch.arange(r)[None, None, None, :]
-    return (rows * w + cols).reshape(hq * wq, r * r)
 
 
 def raster_at_least(shape: tuple[int, int], t0: int) -> torch.Tensor:

@@ -2,9 +2,16 @@
 
 Positions here are image positions ``v`` in raster order: feeding token ``v`` (at slot
 ``n_cond + v``) yields the logits of position ``v + 1``; the prefill's last slot yields the
-logits of position 0. The runner mirrors what each slot holds (``fed``) so methods can re-feed
-only what is out of date; ``stale_from`` marks slots whose tokens are right but whose K/V were
-computed in a context that has since changed.
+logits of position 0.
+
+The runner alone keeps the cache's bookkeeping. Methods pass the token sequence they mean
+(``seq``, flat, -1 = unknown) and ask for logits; the runner re-feeds whatever its slots hold out
+of date on the way, in the same forward pass. It mirrors what each slot holds (``_fed``) and
+where K/V went stale (``_stale_from``: slots whose tokens are right but whose K/V were computed
+in a context that has since changed, set by ``mark_stale``). ``refresh`` (fixed per runner)
+decides how far a change reaches: True re-feeds every known slot after the first out-of-date
+one, so contexts stay exact; False re-feeds only slots that hold another token (MuLo-SD's
+stale-KV ablation).
 """
 
 from __future__ import annotations
@@ -16,25 +23,33 @@ from mulo.sampling import cfg_combine, logits_to_probs
 
 
 class ModelRunner:
-    def __init__(self, model: GPT, cond: torch.Tensor, cfg_scale: float, temperature: float, top_k: int, top_p: float):
+    def __init__(
+        self,
+        model: GPT,
+        cond: torch.Tensor,
+        guidance: float,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        refresh: bool = True,
+    ):
         self.model = model
-        self.cfg_scale = cfg_scale
+        self.guidance = guidance
         self.sampling = (temperature, top_k, top_p)
+        self.refresh = refresh
         param = next(model.parameters())
         cond = cond.to(param.device)[None]
-        batch = torch.cat([cond, model.null_condition(cond)]) if cfg_scale != 1 else cond
+        batch = torch.cat([cond, model.null_condition(cond)]) if guidance != 1 else cond
         with torch.no_grad():
             self.cond_embeddings = model.embed_condition(batch)  # [B, T, dim]
         self.n_cond = self.cond_embeddings.shape[1]
         self.n_image = model.cfg.max_seq_len
         self.grid = model.cfg.grid_hw
+        self.vocab_size = model.cfg.vocab_size
         self.device = param.device
         self.cache = KVCache(model.cfg, batch.shape[0], param.device, param.dtype, self.n_cond + self.n_image - 1)
-        self.fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
-        self.stale_from = self.n_image
-        # exact: re-feeding a slot also re-feeds every known slot after it, so contexts stay
-        # exact; False keeps stale K/V of unchanged slots (MuLo-SD's stale-KV ablation).
-        self.exact = True
+        self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
+        self._stale_from = self.n_image
         self.nfe = 0
         self.first_logits: torch.Tensor | None = None
 
@@ -42,7 +57,7 @@ class ModelRunner:
     def _guided(self, logits: torch.Tensor) -> torch.Tensor:
         if logits.shape[0] == 1:
             return logits[0]
-        return cfg_combine(logits[0], logits[1], self.cfg_scale)
+        return cfg_combine(logits[0], logits[1], self.guidance)
 
     @torch.no_grad()
     def prefill(self) -> torch.Tensor:
@@ -55,7 +70,7 @@ class ModelRunner:
         return self.first_logits
 
     @torch.no_grad()
-    def feed(self, positions: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _feed(self, positions: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Feed ``tokens [Q]`` at image ``positions [Q]`` under ``mask [Q, S']`` in one forward pass.
 
         Returns guided logits ``[Q, V]``; row q predicts position ``positions[q] + 1``.
@@ -69,23 +84,71 @@ class ModelRunner:
         slots = (positions + self.n_cond).to(self.device)
         logits = self.model.forward_embeddings(embeddings, slots, mask.to(self.device), self.cache)
         self.nfe += 1
-        self.fed[positions] = tokens
+        self._fed[positions] = tokens
         return self._guided(logits)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The distribution this request samples from (temperature, top-k, top-p)."""
         return logits_to_probs(logits, *self.sampling)
 
+    # -- what methods ask for ----------------------------------------------------------------
+    def next_logits(self, seq: torch.Tensor, u: int) -> torch.Tensor:
+        """Guided logits ``[V]`` of position ``u`` given ``seq[:u]`` (position 0: the prefill's)."""
+        if u == 0:
+            return self.first_logits
+        logits, _ = self._feed_through(seq, u - 1)
+        return logits[-1]
+
+    def span_probs(self, seq: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        """Distributions ``[min(hi, n) - lo, V]`` (CPU) of positions ``lo .. hi-1`` given ``seq``, in
+        one causal pass over tokens ``lo-1 .. hi-2`` (and any out-of-date slot before them)."""
+        rows = [self.first_logits[None]] if lo == 0 else []
+        last = min(hi - 2, self.n_image - 2)
+        if last >= max(lo - 1, 0):
+            logits, positions = self._feed_through(seq, last, include=torch.arange(max(lo - 1, 0), last + 1))
+            rows.append(logits[positions >= lo - 1])
+        return self.probs(torch.cat(rows)).cpu()
+
+    def mark_stale(self, position: int) -> None:
+        """Slots from ``position`` on hold the right tokens but K/V computed in a context that has
+        changed since (a rejected draft, a re-committed prefix): re-feed them when next reached."""
+        self._stale_from = min(self._stale_from, position)
+
+    def feed_refreshing(self, positions: torch.Tensor, tokens: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
+        """Feed ``tokens`` at ``positions`` causally (ZipAR: one input per active row, some of them
+        proxies), re-feeding in the same pass each slot before the last one that is out of date
+        with ``seq`` (each on its own: a replaced proxy does not invalidate the slots after it).
+        Returns the guided logits of ``positions``."""
+        extra = self._outdated(seq, int(positions.max()), contiguous=False)
+        extra = extra[~torch.isin(extra, positions)]
+        order = torch.cat([extra, positions])
+        logits = self._feed(order, torch.cat([seq[extra], tokens]), self._causal_mask(order))
+        self._stale_from = self.n_image  # every stale slot before the inputs was just re-fed
+        return logits[len(extra) :]
+
+    def feed_over_final(self, inputs: torch.Tensor, tokens: torch.Tensor, seq: torch.Tensor, final) -> torch.Tensor:
+        """Feed ``tokens`` at ``inputs``, each query seeing the condition, its own slot and only the
+        ``final`` positions before it (MuLo-SD's island resampling). A final token whose slot still
+        holds something else (an island row's last token, never fed as an input) is written in
+        the same pass. Returns the guided logits of ``inputs``."""
+        limit = int(inputs.max())
+        unwritten = (self._fed[:limit] != seq[:limit]) & final[:limit]
+        unwritten[inputs[inputs < limit]] = False
+        rewrite = unwritten.nonzero()[:, 0]
+        positions = torch.cat([rewrite, inputs])
+        logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, final))
+        return logits[len(rewrite) :]
+
     # -- masks over cache slots ----------------------------------------------------------------
     def _width(self, positions: torch.Tensor) -> int:
         return self.n_cond + int(positions.max()) + 1
 
-    def causal_mask(self, positions: torch.Tensor) -> torch.Tensor:
+    def _causal_mask(self, positions: torch.Tensor) -> torch.Tensor:
         """Each query sees the condition and every written slot up to its own."""
         slots = torch.arange(self._width(positions))
         return slots[None, :] <= (positions[:, None] + self.n_cond)
 
-    def final_mask(self, positions: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
+    def _final_mask(self, positions: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
         """Each query sees the condition, its own slot and the *final* image positions before it."""
         width = self._width(positions)
         image = torch.arange(width - self.n_cond)
@@ -95,29 +158,29 @@ class ModelRunner:
         return torch.cat([cond, visible], dim=1)
 
     # -- keeping the cache in step with a token sequence -----------------------------------
-    def outdated(self, seq: torch.Tensor, limit: int, contiguous: bool | None = None) -> torch.Tensor:
+    def _outdated(self, seq: torch.Tensor, limit: int, contiguous: bool) -> torch.Tensor:
         """Known positions ``< limit`` to re-feed so the cache agrees with ``seq``, in order.
 
-        A slot is out of date when it holds another token or sits at or after ``stale_from``;
-        when ``contiguous`` (default: ``self.exact``) every known slot after the first
-        out-of-date one is included too, since its K/V saw the old token.
+        A slot is out of date when it holds another token or sits at or after ``_stale_from``;
+        when ``contiguous`` every known slot after the first out-of-date one is included too,
+        since its K/V saw the old token.
         """
         head = seq[:limit]
         pos = torch.arange(len(head))
         known = head >= 0
-        bad = known & ((self.fed[:limit] != head) | (pos >= self.stale_from))
-        if (self.exact if contiguous is None else contiguous) and bool(bad.any()):
+        bad = known & ((self._fed[:limit] != head) | (pos >= self._stale_from))
+        if contiguous and bool(bad.any()):
             bad = known & (pos >= int(bad.nonzero()[0]))
         return pos[bad]
 
-    def feed_through(self, seq: torch.Tensor, last: int, include: torch.Tensor | None = None) -> torch.Tensor:
+    def _feed_through(self, seq: torch.Tensor, last: int, include: torch.Tensor | None = None):
         """Bring every slot before ``last`` in line with ``seq`` and feed ``last`` (or the
         positions ``include``) in one causal pass. Returns ``(logits [Q, V], positions [Q])``,
         sorted by position, for every position fed."""
-        positions = self.outdated(seq, last)
+        positions = self._outdated(seq, last, self.refresh)
         extra = torch.tensor([last]) if include is None else include
         positions = torch.unique(torch.cat([positions, extra]))
-        logits = self.feed(positions, seq[positions], self.causal_mask(positions))
-        if self.stale_from <= last:  # slots up to ``last`` were just re-encoded in order
-            self.stale_from = last + 1
+        logits = self._feed(positions, seq[positions], self._causal_mask(positions))
+        if self._stale_from <= last:  # slots up to ``last`` were just re-encoded in order
+            self._stale_from = last + 1
         return logits, positions

@@ -15,11 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from mulo.config import METHODS
-
 PHASES = ("condition", "drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode")
-# Methods whose rounds each commit an accepted prefix plus one token (vLLM's acceptance length).
-CHAIN_METHODS = ("sd", "lantern", "sjd")
+
+
+def _registry():
+    """The method registry (``mulo.methods``), imported when first needed: it imports the
+    methods, which import this module for ``Round``."""
+    from mulo import methods
+
+    return methods
 
 
 @dataclass
@@ -156,7 +160,8 @@ class Trace:
             final = r.tokens >= 0
             committed.append(int((final & ~before).sum()))
             before = final
-        chain = self.method in CHAIN_METHODS and committed
+        # a chain method's rounds each commit an accepted prefix plus one token (vLLM's acceptance length)
+        chain = _registry().get(self.method).chain and committed
         return {
             "nfe": dict(self.nfe),
             "rounds": len(self.rounds),
@@ -325,7 +330,7 @@ TRACE_SCHEMA = {
     ],
     "properties": {
         "schema": {"const": "mulo.trace/1"},
-        "method": {"enum": list(METHODS)},
+        "method": {"type": "string", "maxLength": 64},  # one of the registry's: checked in parse
         "family": {"type": "string", "maxLength": 64},
         "prompt": _TEXT,
         "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
@@ -439,21 +444,28 @@ def _text(value: str, where: str) -> str:
 
 def _check_config(config: dict, method: str, bounds: Bounds) -> None:
     """The knobs a trace shows must be present, and every known knob must be a valid value."""
-    from mulo.config import ConfigError, GenerationConfig, validate
+    from mulo.config import ConfigError, GenerationConfig, knob_keys, validate
 
     required = REQUIRED_CONFIG + (REQUIRED_MULO_CONFIG if method == "mulo" else ())
     missing = [k for k in required if k not in config]
     if missing:
         raise TraceError(f"not a trace: config lacks {', '.join(missing)}")
-    known = {k: v for k, v in config.items() if k in GenerationConfig.__dataclass_fields__}
+    keys = knob_keys()  # "cfg", as every trace writes it
+    known = {k: v for k, v in config.items() if k in keys}
     try:  # knobs a later version added are filled in with today's defaults
-        cfg = GenerationConfig.from_dict(known)
-        validate(cfg, vocab_size=bounds.vocab, grid=bounds.shape if method == "mulo" else None)
+        knobs = GenerationConfig.from_dict(known)
+        validate(knobs, vocab_size=bounds.vocab, grid=bounds.shape if method == "mulo" else None)
     except (ConfigError, TypeError) as exc:
         raise TraceError(f"not a trace: config: {exc}") from None
     for key, value in config.items():
         if isinstance(value, str):
             _text(value, f"config/{key}")
+
+
+def trace_schema() -> dict:
+    """The JSON schema of a trace file, with the methods registered now."""
+    properties = dict(TRACE_SCHEMA["properties"], method={"enum": list(_registry().names())})
+    return dict(TRACE_SCHEMA, properties=properties)
 
 
 def validate(data: dict, vocab_size: int | None = None) -> None:
@@ -475,7 +487,7 @@ def parse(data: dict, vocab_size: int | None = None) -> Trace:
     if shape_ok and isinstance(rounds, list) and len(rounds) > grid[0] * grid[1]:  # before validating them
         raise TraceError(f"not a trace: {len(rounds)} rounds for {grid[0] * grid[1]} tokens (each round commits one)")
     try:
-        jsonschema.validate(data, TRACE_SCHEMA)
+        jsonschema.validate(data, trace_schema())
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "top level"
         if exc.validator in ("maxLength", "maxItems", "maxProperties"):  # the message would quote it all

@@ -9,7 +9,6 @@ browser show the same colours.
 from __future__ import annotations
 
 import io
-
 from collections.abc import Iterable
 
 import matplotlib
@@ -146,15 +145,6 @@ def stage_seconds(trace: Trace) -> dict[str, float]:
     timings = {s: float(trace.timings_s.get(s, 0.0)) for s in STAGES if s in PHASES}
     timings["other"] = max(0.0, trace.latency_s - sum(timings.values()))
     return timings
-
-
-def latency_rows(traces: dict[str, Trace]) -> list[dict]:
-    """One row per (method label, stage) with seconds (a tidy table for plots and exports)."""
-    return [
-        {"method": label, "stage": stage, "seconds": seconds}
-        for label, trace in traces.items()
-        for stage, seconds in stage_seconds(trace).items()
-    ]
 
 
 def latency_figure(traces: dict[str, Trace], baseline: str | None = None, title: str = "Latency") -> Figure:

@@ -16,6 +16,7 @@ from mulo.config import GenerationConfig
 from mulo.methods.common import DecodeContext
 from mulo.models.gpt import GPT, GPTConfig, init_random_
 from mulo.sampling import cfg_combine, logits_to_probs
+from mulo.streams import Returning
 from mulo.timing import PhaseTimer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,14 +38,11 @@ def tiny_gpt(seed: int, vocab: int, side: int, dim_preset: str = "test-tiny", st
 
 def run_method(fn, family, cond, seed: int, **knobs):
     """Run a method generator directly (no engine, no VQ); returns (tokens [H, W], rounds, ctx)."""
-    ctx = DecodeContext(family, cond, GenerationConfig(**knobs), torch.Generator().manual_seed(seed), PhaseTimer("cpu"))
-    gen = fn(ctx)
-    rounds = []
-    while True:
-        try:
-            rounds.append(next(gen))
-        except StopIteration as done:
-            return done.value, rounds, ctx
+    config = GenerationConfig.from_dict(knobs)
+    ctx = DecodeContext(family, cond, config, torch.Generator().manual_seed(seed), PhaseTimer("cpu"))
+    run = Returning(fn(ctx))
+    rounds = list(run)
+    return run.value, rounds, ctx
 
 
 def bare_family(target, draft_model=None):

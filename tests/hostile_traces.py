@@ -111,19 +111,19 @@ def _reset_peak() -> None:
 
 
 def measure(folder: Path) -> list[dict]:
-    """Replay every file of ``folder`` through ``app.load_trace`` on a server-like process; for
+    """Replay every file of ``folder`` through ``handlers.load_trace`` on a server-like process; for
     files that load, also draw the last round and export the GIF. Per file: the error message
     ("" when it loaded), the seconds of each request and the peak memory they added (MB)."""
     import gradio as gr
 
-    import app
+    from mulo.ui import engines, handlers
 
-    app.engine_for("toy")  # a server has its families loaded
+    engines.engine_for("toy")  # a server has its families loaded
     warm = folder / "valid_toy.json"
     for _ in range(2):  # the first calls import and allocate what every later call reuses
         try:
-            state = app.load_trace(str(warm), None)[2]
-            app.show_round(state, next(iter(state["views"])), 0, 0.5, ["accepted"])
+            state = handlers.load_trace(str(warm), None)[2]
+            handlers.show_round(state, next(iter(state["views"])), 0, 0.5, ["accepted"])
         except gr.Error:
             pass
     rows = []
@@ -132,15 +132,15 @@ def measure(folder: Path) -> list[dict]:
         _reset_peak()
         try:
             start = time.perf_counter()
-            _, _, state = app.load_trace(str(path), None)
+            _, _, state = handlers.load_trace(str(path), None)
             seconds.append(time.perf_counter() - start)
             label = next(iter(state["views"]))
             rounds = len(state["views"][label].trace.rounds)
             start = time.perf_counter()
-            app.show_round(state, label, rounds - 1, 0.5, ["accepted", "rejected", "reopened", "t0"])
+            handlers.show_round(state, label, rounds - 1, 0.5, ["accepted", "rejected", "reopened", "t0"])
             seconds.append(time.perf_counter() - start)
             start = time.perf_counter()
-            app.export_gif(state, label)
+            handlers.export_gif(state, label)
         except gr.Error as exc:
             message = str(exc)
         seconds.append(time.perf_counter() - start)

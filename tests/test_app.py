@@ -10,13 +10,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import app
 from mulo import viz
 from mulo.trace import Trace
+from mulo.ui import handlers
+from mulo.ui.files import DISPLAY, example_traces
+from mulo.ui.knobs import KNOBS, family_knobs
+from mulo.ui.text import describe_token
 
 
 def run(prompt="red apple", seed=0, **knobs):
-    updates = list(app.generate(prompt, seed, "toy", knobs.pop("third", "none"), **knobs))
+    updates = list(handlers.generate(prompt, seed, "toy", knobs.pop("third", "none"), **knobs))
     return updates, updates[-1]
 
 
@@ -35,7 +38,7 @@ def test_generate_streams_rounds_then_the_results(finished):
         assert sum(isinstance(x, str) for x in update[:3]) == 1
         assert all(x == skip for x in update[3:])
     for path in (img_ar, img_mulo, img_third):
-        assert Image.open(path).size == (app.DISPLAY, app.DISPLAY)
+        assert Image.open(path).size == (DISPLAY, DISPLAY)
     assert "speed-up" in md_mulo and "acceptance" in md_mulo and "NFE target" in md_third
     traces = [Trace.from_dict(json_ar), Trace.from_dict(json_mulo)]
     assert [t.method for t in traces] == ["ar", "mulo"]
@@ -73,7 +76,7 @@ def test_bad_inputs_are_clear_errors_and_the_next_request_works(kwargs, message)
 
 def test_unknown_family_is_an_error():
     with pytest.raises(gr.Error, match="family must be one of"):
-        list(app.generate("red apple", 0, "nope"))
+        list(handlers.generate("red apple", 0, "nope"))
 
 
 def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
@@ -81,43 +84,44 @@ def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
 
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(gr.Error, match="python -m mulo download tar --llm 7b --res 1024"):
-        list(app.generate("red apple", 0, "tar-7b-1024"))
+        list(handlers.generate("red apple", 0, "tar-7b-1024"))
     _, final = run()  # the toy engine still serves
     assert final[-1]["views"]["MuLo-SD"].trace is not None
 
 
 def test_switching_family_shows_its_defaults_and_codebook_ranges():
-    names = [name for name, *_ in app.KNOBS]
-    toy = dict(zip(names, app.ui.family_knobs("toy"), strict=True))
-    twemoji = dict(zip(names, app.ui.family_knobs("twemoji"), strict=True))
+    names = [name for name, *_ in KNOBS]
+    toy = dict(zip(names, family_knobs("toy"), strict=True))
+    twemoji = dict(zip(names, family_knobs("twemoji"), strict=True))
     assert toy["cfg"]["value"] == 4.0 and twemoji["cfg"]["value"] == 1.0  # each family's recommendation
     assert twemoji["k"]["maximum"] == 31 and twemoji["top_k"]["maximum"] == 32  # 32 codes: k < 32
     assert toy["k"]["maximum"] == 64 and toy["top_k"]["maximum"] == 128
     with pytest.raises(gr.Error, match="family must be one of"):
-        app.ui.family_knobs("nope")
+        family_knobs("nope")
 
 
 def test_rounds_scrub_and_latency(finished):
     state = finished[1][-1]
-    pick, slider, latency = app.after_generate(state)
+    pick, slider, latency = handlers.after_generate(state)
     trace = state["views"]["MuLo-SD"].trace
     assert pick.value == "MuLo-SD" and slider.maximum == max(1, len(trace.rounds) - 1)
     assert latency is not None
-    first = app.show_round(state, "MuLo-SD", 0, 0.55, ["accepted", "rejected", "reopened", "t0"])
-    last = app.show_round(state, "MuLo-SD", len(trace.rounds) - 1, 0.55, ["accepted", "rejected", "reopened", "t0"])
+    every_layer = ["accepted", "rejected", "reopened", "t0"]
+    first = handlers.show_round(state, "MuLo-SD", 0, 0.55, every_layer)
+    last = handlers.show_round(state, "MuLo-SD", len(trace.rounds) - 1, 0.55, every_layer)
     assert len(first) == 8 and "round 1 /" in first[6]
     sizes = {Image.open(p).size for p in first[:6]}
-    assert sizes == {(app.DISPLAY, app.DISPLAY)}
+    assert sizes == {(DISPLAY, DISPLAY)}
     # different rounds draw different acceptance maps
     assert not np.array_equal(np.asarray(Image.open(first[1])), np.asarray(Image.open(last[1])))
     # a layer switched off disappears: no green left when only 'rejected' is drawn
-    only_rejected = np.asarray(Image.open(app.show_round(state, "MuLo-SD", 0, 0.55, ["rejected"])[1]))
+    only_rejected = np.asarray(Image.open(handlers.show_round(state, "MuLo-SD", 0, 0.55, ["rejected"])[1]))
     green = np.all(only_rejected == viz.hex_rgb(viz.COLORS["accepted"]).astype(np.uint8), axis=-1)
     assert not green.any()
-    assert app.step_round(0, -1, state, "MuLo-SD") == 0
-    assert app.step_round(len(trace.rounds) - 1, 1, state, "MuLo-SD") == len(trace.rounds) - 1
+    assert handlers.step_round(0, -1, state, "MuLo-SD") == 0
+    assert handlers.step_round(len(trace.rounds) - 1, 1, state, "MuLo-SD") == len(trace.rounds) - 1
     with pytest.raises(gr.Error, match="generate or load a trace first"):
-        app.show_round(None, "MuLo-SD", 0, 0.5, [])
+        handlers.show_round(None, "MuLo-SD", 0, 0.5, [])
 
 
 def test_token_history_names_its_rounds(finished):
@@ -125,24 +129,24 @@ def test_token_history_names_its_rounds(finished):
     rejected = [(r, tuple(np.argwhere(r.rejected)[0])) for r in trace.rounds if r.rejected.any()]
     assert rejected, "tau=0.3 on random weights rejects some tokens"
     rnd, (row, col) = rejected[0]
-    text = app.describe_token(trace, int(row), int(col), 0.3)
+    text = describe_token(trace, int(row), int(col), 0.3)
     assert f"round {rnd.index + 1}" in text and "rejected" in text and "resampled in wave" in text
     assert "vs τ 0.3" in text
 
 
 def test_exports_figure_and_gif(finished):
     state = finished[1][-1]
-    png = app.export_figure(state, "MuLo-SD", 0)
+    png = handlers.export_figure(state, "MuLo-SD", 0)
     figure = Image.open(png)
     assert figure.size[0] >= 1600  # slide resolution
-    gif = Image.open(app.export_gif(state, "MuLo-SD"))
+    gif = Image.open(handlers.export_gif(state, "MuLo-SD"))
     assert gif.n_frames == len(state["views"]["MuLo-SD"].trace.rounds)
 
 
 def test_replay_a_trace_file_and_reject_other_files(finished, tmp_path):
     trace_file = finished[1][8][1]
-    image, summary, state = app.load_trace(trace_file, None)
-    assert Image.open(image).size == (app.DISPLAY, app.DISPLAY) and "mulo" in summary
+    image, summary, state = handlers.load_trace(trace_file, None)
+    assert Image.open(image).size == (DISPLAY, DISPLAY) and "mulo" in summary
     view = state["views"]["replay: mulo"]
     original = finished[1][-1]["views"]["MuLo-SD"]
     assert np.array_equal(view.image, original.image)  # same family loaded: decoded identically
@@ -150,18 +154,18 @@ def test_replay_a_trace_file_and_reject_other_files(finished, tmp_path):
     not_json = tmp_path / "x.json"
     not_json.write_text("{nope")
     with pytest.raises(gr.Error, match="not a trace: invalid JSON"):
-        app.load_trace(str(not_json), None)
+        handlers.load_trace(str(not_json), None)
     not_trace = tmp_path / "y.json"
     not_trace.write_text(json.dumps({"hello": 1}))
     with pytest.raises(gr.Error, match="not a trace: .method. is a required property"):
-        app.load_trace(str(not_trace), None)
+        handlers.load_trace(str(not_trace), None)
     with pytest.raises(gr.Error, match="choose a trace file"):
-        app.load_trace(None, None)
+        handlers.load_trace(None, None)
 
 
 def test_bundled_example_traces_replay():
-    names = app.example_traces()
+    names = example_traces()
     assert names, "assets/examples ships example traces"
     for name in names:
-        image, summary, state = app.load_trace(None, name)
+        image, summary, state = handlers.load_trace(None, name)
         assert Image.open(image).size[0] >= 64

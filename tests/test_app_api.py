@@ -13,6 +13,7 @@ from gradio_client import Client  # noqa: E402
 
 import app  # noqa: E402
 from mulo.trace import Trace  # noqa: E402
+from mulo.ui.files import DISPLAY  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_generate_streams_and_returns_both_images_and_traces(client):
     assert len(updates) >= 3
     out = job.result()
     img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, files = out
-    assert Image.open(img_ar).size == Image.open(img_mulo).size == (app.DISPLAY, app.DISPLAY)
+    assert Image.open(img_ar).size == Image.open(img_mulo).size == (DISPLAY, DISPLAY)
     assert img_third is None and md_third == ""
     assert Trace.from_dict(json_ar).method == "ar" and Trace.from_dict(json_mulo).method == "mulo"
     assert Trace.from_dict(json_mulo).seed == 5 and len(files) == 2
@@ -84,7 +85,7 @@ def test_eight_concurrent_clients_three_requests_each(client):
         results = list(pool.map(user, range(8)))
     for i, seen in enumerate(results):
         assert [s[:2] for s in seen] == [(10 * i + j, 10 * i + j) for j in range(3)]
-        assert all(s[2] == (app.DISPLAY, app.DISPLAY) for s in seen)
+        assert all(s[2] == (DISPLAY, DISPLAY) for s in seen)
 
 
 def _error(client, *args, **kwargs) -> str:

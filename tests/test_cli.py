@@ -5,12 +5,12 @@ import json
 import pytest
 from PIL import Image
 
-from mulo.config import METHODS
+from mulo.methods import names as method_names
 from mulo.trace import validate
 from tests.helpers import run_cli as run
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", method_names())
 def test_generate_writes_image_and_valid_trace(method, tmp_path):
     out, trace = tmp_path / "x.png", tmp_path / "x.json"
     proc = run(

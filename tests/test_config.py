@@ -1,5 +1,7 @@
 """Bad knobs raise one clear error naming the knob and the allowed range."""
 
+from dataclasses import fields
+
 import pytest
 
 from mulo.config import ConfigError, GenerationConfig
@@ -64,3 +66,39 @@ def test_rows_per_block_auto():
     assert GenerationConfig(drafting="sequential").resolved_rows_per_block(16) == 1
     assert GenerationConfig(drafting="zipar").resolved_rows_per_block(16) == 16
     assert GenerationConfig(rows_per_block=40).resolved_rows_per_block(16) == 16
+
+
+def test_the_guidance_scale_is_guidance_in_code_and_cfg_outside():
+    from mulo.config import key_of
+
+    config = GenerationConfig.from_dict({"cfg": 2.5})
+    assert config.guidance == 2.5 and config.to_dict()["cfg"] == 2.5 and "guidance" not in config.to_dict()
+    assert GenerationConfig.from_dict({"guidance": 3.0}).guidance == 3.0
+    with pytest.raises(ConfigError, match="given twice"):
+        GenerationConfig.from_dict({"cfg": 2.0, "guidance": 3.0})
+    assert GenerationConfig.from_dict(GenerationConfig().to_dict()) == GenerationConfig()
+    assert [key_of(f) for f in fields(GenerationConfig)].count("cfg") == 1
+
+
+def test_every_knob_has_a_help_line_shown_by_the_cli(capsys):
+    from mulo.__main__ import main
+    from mulo.config import knob_help
+
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for key, text in knob_help().items():
+        assert text and f"{' '.join(text.split())} (default" in shown, key
+        assert "--" + key.replace("_", "-") in shown
+    assert "--cfg CFG, --guidance CFG" in shown
+
+
+def test_the_cli_takes_guidance_under_either_flag(tmp_path):
+    from mulo.__main__ import main
+    from mulo.trace import read_trace_file
+
+    for flag in ("--cfg", "--guidance"):
+        path = tmp_path / f"{flag[2:]}.json"
+        args = ["generate", "--family", "toy", "--method", "ar", "--prompt", "red apple", flag, "2.5"]
+        assert main([*args, "--trace", str(path)]) == 0
+        assert read_trace_file(path).config["cfg"] == 2.5

@@ -1,30 +1,9 @@
-"""Grid geometry: raster maps, parent/child maps, neighbourhood expansion, islands."""
+"""Grid geometry: neighbourhood expansion, islands."""
 
 import pytest
 import torch
 
 from mulo import grid as G
-
-
-def test_raster_round_trip():
-    for idx in range(12):
-        row, col = G.to_rc(idx, 4)
-        assert G.to_raster(row, col, 4) == idx
-    assert G.to_rc(torch.tensor([5, 11]), 4)[0].tolist() == [1, 2]
-
-
-def test_parent_and_child_maps_are_inverse():
-    high, r = (8, 12), 2
-    parents = G.parent_index(high, r)
-    children = G.child_index((4, 6), r)
-    for low, kids in enumerate(children.tolist()):
-        assert all(parents[k] == low for k in kids)
-    assert sorted(children.reshape(-1).tolist()) == list(range(96))
-    # the top-left child of low-res (1, 2) is high-res (2, 4)
-    assert children[1 * 6 + 2, 0] == 2 * 12 + 4
-    assert G.check_ratio((16, 16), (4, 4)) == 4
-    with pytest.raises(ValueError, match="not an integer multiple"):
-        G.check_ratio((16, 16), (3, 3))
 
 
 def brute_expand(rejected, radius, t0):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from mulo import grid as G
-from mulo.config import METHODS
 from mulo.families import toy
+from mulo.methods import names as method_names
 
 GREEDY = dict(temperature=0.0)
 
@@ -106,14 +106,14 @@ def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resamp
     from mulo.runner import ModelRunner
 
     calls = []
-    feed = ModelRunner.feed
+    feed = ModelRunner._feed  # every forward pass after the prefill goes through it
 
     def spy(self, positions, tokens, mask):
         if self.model is engine.family.target:
-            calls.append((positions.clone(), mask.clone(), self.fed.clone(), self.n_cond))
+            calls.append((positions.clone(), mask.clone(), self._fed.clone(), self.n_cond))
         return feed(self, positions, tokens, mask)
 
-    monkeypatch.setattr(ModelRunner, "feed", spy)
+    monkeypatch.setattr(ModelRunner, "_feed", spy)
     result = tokens(
         engine,
         "mulo",
@@ -223,7 +223,7 @@ def test_sequential_drafting_costs_one_drafter_pass_per_low_res_token(engine):
     assert zipar.trace.nfe["drafter"] < result.trace.nfe["drafter"]
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", method_names())
 def test_same_request_same_seed_is_identical(engine, method):
     a = tokens(engine, method, seed=11, tau=0.05)
     b = tokens(engine, method, seed=11, tau=0.05)

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from mulo.config import METHODS
+from mulo.methods import names as method_names
 from mulo.trace import Round, Trace, validate
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", method_names())
 def test_json_round_trip_and_schema(engine, method, tmp_path):
     trace = engine.generate("rocket", method, 4, {"tau": 0.01}).trace
     path = tmp_path / "t.json"

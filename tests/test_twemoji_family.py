@@ -119,7 +119,7 @@ def test_aliases_are_recorded_and_can_be_turned_off(engine):
     # a prompt that names an emoji is never re-routed: "cat" is the cat, not "cat face" (short name cat)
     assert engine.generate("cat", "ar", 0).trace.condition_text is None
     assert engine.generate("slice of pizza", "ar", 0).trace.condition_text is None
-    from mulo.ui import stats_markdown
+    from mulo.ui.text import stats_markdown
 
     assert "conditioned on *slice of pizza*" in stats_markdown(trace, None)  # the app says so
 
@@ -150,11 +150,11 @@ def test_acceptance_is_spatially_structured(engine):
 def test_app_reports_prompts_with_no_known_word():
     import gradio as gr
 
-    import app
+    from mulo.ui import handlers
 
     with pytest.raises(gr.Error, match="no known word"):
-        list(app.generate("qwertyuiop zxcv", 0, "twemoji"))
-    *_, state = list(app.generate("red apple zxcv", 0, "twemoji"))[-1]
+        list(handlers.generate("qwertyuiop zxcv", 0, "twemoji"))
+    *_, state = list(handlers.generate("red apple zxcv", 0, "twemoji"))[-1]
     assert "unknown words ignored: zxcv" in state["views"]["MuLo-SD"].trace.warnings[0]
 
 

@@ -1,4 +1,4 @@
-"""Drawing functions (mulo.viz) and the pictures of a run (mulo.session)."""
+"""Drawing functions (mulo.viz) and the pictures of a run (mulo.views)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from mulo import viz
 from mulo.engine import Engine
 from mulo.families import toy
-from mulo.session import replay_view, stream_view
+from mulo.streams import Returning
 from mulo.trace import Round
+from mulo.views import replay_view, stream_view
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +22,9 @@ def engine():
 
 @pytest.fixture(scope="module")
 def mulo_view(engine):
-    stream = stream_view(engine, "red apple", "mulo", 3, {"tau": 0.3})
-    views = []
-    while True:
-        try:
-            views.append(len(next(stream).canvases))
-        except StopIteration as done:
-            return done.value, views
+    run = Returning(stream_view(engine, "red apple", "mulo", 3, {"tau": 0.3}))
+    sizes = [len(view.canvases) for view in run]
+    return run.value, sizes
 
 
 def test_stream_view_grows_one_round_at_a_time(mulo_view):
@@ -72,12 +69,13 @@ def test_finalized_round_follows_the_last_change():
     assert viz.finalized_round(T).tolist() == [[0, 1], [1, 2]]
 
 
-def test_latency_rows_add_up_to_the_wall_time(mulo_view):
+def test_latency_stages_add_up_to_the_wall_time(mulo_view):
+    """The latency chart's bar of a run is as long as its wall time ("other": what no phase claimed)."""
     trace = mulo_view[0].trace
-    rows = viz.latency_rows({"m": trace})
-    assert {r["stage"] for r in rows} == set(viz.STAGES)
-    assert sum(r["seconds"] for r in rows) == pytest.approx(trace.latency_s)
-    assert all(r["seconds"] >= 0 for r in rows)
+    seconds = viz.stage_seconds(trace)
+    assert set(seconds) == set(viz.STAGES)
+    assert sum(seconds.values()) == pytest.approx(trace.latency_s)
+    assert all(s >= 0 for s in seconds.values())
 
 
 def test_overlay_colours_only_the_requested_layers(mulo_view):
@@ -89,18 +87,14 @@ def test_overlay_colours_only_the_requested_layers(mulo_view):
 
 
 def test_time_spent_drawing_between_rounds_is_not_charged_to_the_method(engine):
-    stream = engine.stream("red apple", "ar", 0)
+    run = Returning(engine.stream("red apple", "ar", 0))
     pause, paused = 0.05, 0.0
     start = time.perf_counter()
-    while True:
-        try:
-            next(stream)
-        except StopIteration as done:
-            trace = done.value.trace
-            break
+    for _ in run:
         time.sleep(pause)
         paused += pause
     wall = time.perf_counter() - start
+    trace = run.value.trace
     assert trace.latency_s < wall - 0.9 * paused
 
 

@@ -1,9 +1,12 @@
 """A family's quality metrics at inference time, with no data set: FD and prompt adherence.
 
-``twemoji`` ships what they need next to its weights: ``eval_prompts.json`` (the fixed prompt
-list, one base emoji each) and ``eval_reference.npz`` (mini-CLIP features of the real image of
-every prompted emoji, and the names and keys of all 3,786 images for retrieval). Families without
-these files (toy, tar) have no quality metrics; the benchmark then reports speed only.
+A family names its inputs in ``Family.evaluation`` (``mulo.families.base.Evaluation``): the
+encoder whose feature space the metrics use and the folder of their files. ``twemoji`` ships them
+next to its weights: ``eval_prompts.json`` (the fixed prompt list, one base emoji each) and
+``eval_reference.npz`` (mini-CLIP features of the real image of every prompted emoji, and the
+names, keys and short prompts of all 3,786 images for retrieval, the short prompts packed by
+``pack_prompts``). Families without evaluation inputs (toy, tar) have no quality metrics; the
+benchmark then reports speed only.
 """
 
 from __future__ import annotations
@@ -14,7 +17,19 @@ from pathlib import Path
 import numpy as np
 
 from mulo.eval.metrics import adherence, frechet_distance, image_features, prompt_index
-from mulo.train.data import unpack_prompts, words
+from mulo.models.text import words
+
+PROMPT_SEP = "|"  # prompts are words (mulo.models.text.words) joined by spaces, so this never occurs in one
+
+
+def pack_prompts(prompts: list[list[str]]) -> np.ndarray:
+    """Per-image prompt lists as one string array (what ``np.savez`` stores without pickling)."""
+    return np.array([PROMPT_SEP.join(p) for p in prompts])
+
+
+def unpack_prompts(packed: np.ndarray) -> list[list[str]]:
+    """The inverse of ``pack_prompts``."""
+    return [p.split(PROMPT_SEP) if p else [] for p in packed.tolist()]
 
 
 class Quality:
@@ -36,11 +51,12 @@ class Quality:
 
     @classmethod
     def for_family(cls, family) -> Quality | None:
-        folder = getattr(family, "assets", None)
-        clip = getattr(family.conditioner, "clip", None)
-        if folder is None or clip is None or not (Path(folder) / "eval_reference.npz").exists():
+        """The metrics of ``family`` from its ``evaluation`` inputs; None when it has none, or its
+        folder does not hold them (yet)."""
+        evaluation = family.evaluation
+        if evaluation is None or not (evaluation.folder / "eval_reference.npz").exists():
             return None
-        return cls(clip, Path(folder))
+        return cls(evaluation.encoder, evaluation.folder)
 
     def score(self, images: np.ndarray, keys: list[str]) -> dict:
         """``images [N, h, w, 3]`` uint8 generated for the emoji ``keys`` -> {"fd", "adherence"}.

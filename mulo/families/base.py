@@ -11,9 +11,14 @@ conditioner  prompt -> condition tensor for every AR model of the family:
              (what of the prompt the condition leaves out: unknown words, characters, truncation),
              ``alias(prompt)`` (the text to condition on instead, e.g. an emoji's name for its
              short name, or None)
+defaults     recommended knob values of the family
+evaluation   the inputs of the family's quality metrics (``Evaluation``), or None when it has none
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -21,6 +26,20 @@ from mulo.models.gpt import GPT
 from mulo.models.upsample import PixelUpsampler
 from mulo.models.vq import VQTokenizer
 from mulo.sampling import NeighbourTable
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What ``mulo.eval.quality.Quality`` needs to score a family's images, with no data set.
+
+    folder   where ``eval_prompts.json`` (the fixed prompt list) and ``eval_reference.npz`` (the
+             real images' features and the retrieval texts) are read from; the metrics are off
+             while they are missing (a family built before its training wrote them)
+    encoder  the text-image model whose feature space the metrics use (twemoji: its mini-CLIP)
+    """
+
+    folder: Path
+    encoder: object
 
 
 class Family:
@@ -34,6 +53,7 @@ class Family:
         draft_model: GPT | None = None,
         upsamplers: dict | None = None,
         defaults: dict | None = None,
+        evaluation: Evaluation | None = None,
     ):
         self.name = name
         self.target = target.eval()
@@ -43,7 +63,7 @@ class Family:
         self.conditioner = conditioner
         self.upsamplers = {r: m.eval() for r, m in (upsamplers or {}).items()}
         self.defaults = dict(defaults or {})  # recommended knob values for this family
-        self.assets = None  # the folder the weights came from, when it holds evaluation files
+        self.evaluation = evaluation
         self._neighbours = NeighbourTable(vq.codebook)
         self._pixel = {}
 

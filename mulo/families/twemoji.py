@@ -15,12 +15,11 @@ import torch
 from diffusers import VQModel
 from safetensors.torch import load_file
 
-from mulo.families.base import Family
+from mulo.families.base import Evaluation, Family
 from mulo.models.gpt import GPT, GPTConfig
-from mulo.models.text import MiniCLIP
+from mulo.models.text import MiniCLIP, words
 from mulo.models.upsample import TokenUpsampler
 from mulo.models.vq import VQTokenizer
-from mulo.train.data import words
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "twemoji"
 FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
@@ -99,7 +98,7 @@ def build(folder: str | Path = ASSETS) -> Family:
         upsamplers[r].load_state_dict(state)
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
     aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
-    family = Family(
+    return Family(
         "twemoji",
         _gpt(folder, "target"),
         {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
@@ -108,6 +107,5 @@ def build(folder: str | Path = ASSETS) -> Family:
         draft_model=_gpt(folder, "draft_model"),
         upsamplers=upsamplers,
         defaults=defaults,
+        evaluation=Evaluation(folder, clip),  # the metrics' files live beside the weights
     )
-    family.assets = folder  # evaluation files live beside the weights (mulo.eval.quality)
-    return family

@@ -1,0 +1,128 @@
+"""Every decoding method, declared once: name, generator function, what it needs from a family,
+which knobs it reads. The engine, the CLI, the trace schema, the app and the benchmark all read
+this table; adding a method is one ``register`` call (see ``tests/test_registry.py``).
+
+A method is a generator function ``generate(ctx: DecodeContext)`` that yields ``Round`` events
+and returns the final token grid ``[H, W]`` (``mulo.methods.common``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mulo.config import ConfigError, knob_keys
+from mulo.methods import ar, sjd, speculative, zipar
+from mulo.methods import mulo as mulo_sd
+
+# Knobs every method reads: the target (and any drafter) samples this way.
+SAMPLING_KNOBS = ("cfg", "temperature", "top_k", "top_p", "aliases")
+
+
+def _needs_draft_model(family, config, method: str) -> None:
+    if family.draft_model is None:
+        raise ConfigError(f"method {method} needs a same-grid draft model, which family {family.name} lacks")
+
+
+def _needs_learned_upsampler(family, config, method: str) -> None:
+    if config.upsampler == "learned" and config.r not in family.upsamplers:
+        raise ConfigError(f"upsampler=learned has no model for r={config.r} in family {family.name}")
+
+
+# What a method may need beyond the target, checked before it runs (the drafter for r is checked
+# for every request by ``config.validate``: r must be one of the family's ratios).
+NEEDS: dict[str, Callable] = {
+    "draft_model": _needs_draft_model,  # a small AR model on the target's own grid
+    "learned_upsampler": _needs_learned_upsampler,  # when the request picks upsampler=learned
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # the CLI's --method, the trace's "method"
+    label: str  # how tables and the app title it
+    generate: Callable  # generate(ctx) -> generator of Rounds, returning the [H, W] tokens
+    summary: str  # one line for --help
+    knobs: tuple[str, ...] = ()  # its own knobs (config keys), beside SAMPLING_KNOBS
+    needs: tuple[str, ...] = ()  # keys of NEEDS
+    chain: bool = False  # verifies a left-to-right chain of drafts: a trace counts them so
+    baseline: bool = True  # offered as the app's third column (AR and MuLo-SD always run)
+    builtin: bool = True  # False for methods registered at run time (tests, plug-ins)
+
+    def check(self, family, config) -> None:
+        """``ConfigError`` if ``family`` lacks what this method needs for ``config``."""
+        for need in self.needs:
+            NEEDS[need](family, config, self.name)
+
+    def knob_values(self, values: dict) -> dict:
+        """The entries of ``values`` this method reads (the others keep the family's values)."""
+        return {k: v for k, v in values.items() if k in SAMPLING_KNOBS or k in self.knobs}
+
+
+REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add a method; its knobs must be config keys and its needs keys of ``NEEDS``."""
+    if method.name in REGISTRY:
+        raise ValueError(f"method {method.name!r} is already registered")
+    if not method.name.isidentifier():
+        raise ValueError(f"method name must be an identifier (got {method.name!r})")
+    unknown = sorted(set(method.knobs) - set(knob_keys())) + sorted(set(method.needs) - set(NEEDS))
+    if unknown:
+        raise ValueError(f"method {method.name!r}: unknown knobs or needs {', '.join(unknown)}")
+    REGISTRY[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    if REGISTRY[name].builtin:
+        raise ValueError(f"method {name!r} is built in")
+    del REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def baselines() -> tuple[str, ...]:
+    return tuple(m.name for m in REGISTRY.values() if m.baseline)
+
+
+def get(name) -> Method:
+    """The method called ``name``, or ``ConfigError`` listing the known ones."""
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ConfigError(f"method must be one of {', '.join(REGISTRY)} (got {name!r})")
+    return REGISTRY[name]
+
+
+MULO_KNOBS = (
+    "r", "tau", "k", "radius", "rows_per_block", "drafting", "resampling", "upsampler",
+    "draft_window", "island_window", "refresh",
+)  # fmt: skip
+
+register(Method("ar", "AR", ar.generate, "plain autoregressive decoding, one target pass per token", baseline=False))
+register(Method("zipar", "ZipAR", zipar.generate, "ZipAR: rows advance in parallel", knobs=("zipar_window",)))
+register(
+    Method(
+        "sjd", "SJD", sjd.generate, "speculative Jacobi decoding (no draft model)", knobs=("sjd_window",), chain=True
+    )
+)
+register(
+    Method(
+        "sd", "SD", speculative.generate, "speculative decoding with a same-grid draft model (lossless)",
+        knobs=("draft_len",), needs=("draft_model",), chain=True,
+    )
+)  # fmt: skip
+register(
+    Method(
+        "lantern", "LANTERN", speculative.generate_lantern, "speculative decoding with LANTERN's relaxed acceptance",
+        knobs=("draft_len", "delta", "lantern_k"), needs=("draft_model",), chain=True,
+    )
+)  # fmt: skip
+register(
+    Method(
+        "mulo", "MuLo-SD", mulo_sd.generate, "MuLo-SD: low-res drafter, up-sampled drafts, local resampling",
+        knobs=MULO_KNOBS, needs=("learned_upsampler",), baseline=False,
+    )
+)  # fmt: skip

@@ -19,12 +19,9 @@ def generate(ctx: DecodeContext):
     for row in range(height):
         rnd = ctx.new_round(f"row {row}", x)
         with ctx.phase("target"):
+            if row == 0:
+                target.prefill()
             for u in range(row * width, (row + 1) * width):
-                if u == 0:
-                    logits = target.prefill()
-                else:
-                    pos = torch.tensor([u - 1])
-                    logits = target.feed(pos, x[pos], target.causal_mask(pos))[0]
-                x[u] = ctx.sample(target.probs(logits))
+                x[u] = ctx.sample(target.probs(target.next_logits(x, u)))
         yield ctx.close(rnd, x)
     return x.reshape(height, width)

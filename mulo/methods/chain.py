@@ -10,14 +10,8 @@ from mulo.trace import Round
 
 def chain_probs(target, seq: torch.Tensor, n: int, count: int) -> torch.Tensor:
     """Target distributions of positions ``n .. n+count`` (the last only if it exists) in one
-    causal pass over [token n-1, drafts], re-feeding any out-of-date slot before them."""
-    n_total = len(seq)
-    rows = [target.first_logits[None]] if n == 0 else []
-    last = min(n + count - 1, n_total - 2)
-    if last >= max(n - 1, 0):
-        logits, positions = target.feed_through(seq, last, include=torch.arange(max(n - 1, 0), last + 1))
-        rows.append(logits[positions >= n - 1])
-    return target.probs(torch.cat(rows)).cpu()
+    causal pass over [token n-1, drafts]."""
+    return target.span_probs(seq, n, n + count + 1)
 
 
 def first_rejection(accepted: torch.Tensor) -> int:

@@ -38,9 +38,10 @@ class DecodeContext:
     def round_count(self) -> int:
         return self._rounds
 
-    def runner(self, model, role: str) -> ModelRunner:
+    def runner(self, model, role: str, refresh: bool = True) -> ModelRunner:
+        """A runner of ``model`` for this request, counted under ``role`` ("target" / "drafter")."""
         c = self.config
-        runner = ModelRunner(model, self.cond, c.cfg, c.temperature, c.top_k, c.top_p)
+        runner = ModelRunner(model, self.cond, c.guidance, c.temperature, c.top_k, c.top_p, refresh)
         self.runners[role].append(runner)
         return runner
 
@@ -70,8 +71,3 @@ class DecodeContext:
         rnd.nfe = {k: nfe[k] - self._last[1].get(k, 0) for k in nfe}
         self._last = (timings, nfe)
         return rnd
-
-
-def grid_of(flat: torch.Tensor | np.ndarray, shape: tuple[int, int], dtype=np.int64) -> np.ndarray:
-    values = flat.numpy() if isinstance(flat, torch.Tensor) else flat
-    return np.asarray(values, dtype=dtype).reshape(shape)

@@ -1,52 +1,208 @@
 """MuLo-SD: multi-scale local speculative decoding (Peruzzo et al., CVPR 2026).
 
-One round per block of ``rows_per_block`` low-resolution rows:
+One round per block of ``rows_per_block`` low-resolution rows, in the paper's steps (each a
+function below, in this order):
 
-1. draft the block's low-res rows with the drafter (sequentially, or ZipAR-parallel);
-2. up-sample them to r x r high-res draft tokens (pixel or learned up-sampler);
-3. verify the whole block with one causal target pass (re-encoding stale slots on the way);
-4. accept token i iff its target probability pooled over the draft token and its k nearest
+1. ``draft``: the drafter samples the block's low-res rows (sequentially, or ZipAR-parallel);
+2. ``upsample``: each low-res token becomes r x r high-res draft tokens (pixel or learned);
+3. ``verify``: one causal target pass over the block (re-encoding stale slots on the way); a
+   draft token is accepted iff its target probability pooled over it and its k nearest
    codebook neighbours is >= tau (no drafter q, no coin: deterministic given p);
-5. re-open the radius-l Chebyshev neighbourhood of every rejection, never before t0 (the first
-   rejection), everything else is kept;
-6. resample the re-opened set with the target: in raster order, one pass per token, each pass
-   re-encoding the accepted run before it (v1), or as 8-connected islands in parallel, one
-   token per island (or per island row with a ZipAR window) per pass, each query seeing only
-   final tokens (v2);
-7. commit, and down-sample the committed rows into the drafter's low-res prefix.
-
-The token at t0 is sampled straight from the verification pass: its whole context is final.
+4. ``reject_and_expand``: re-open the radius-l Chebyshev neighbourhood of every rejection, never
+   before t0 (the first rejection); everything else is kept;
+5. ``resample_islands``: the target resamples the re-opened set: in raster order, one pass per
+   token (v1), or as 8-connected islands in parallel, one token per island (or per island row
+   with a ZipAR window) per pass, each query seeing only final tokens (v2);
+6. ``commit``: the block's tokens are final;
+7. ``downsample``: the committed rows become the drafter's low-res prefix.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from mulo import grid as G
 from mulo.methods.common import DecodeContext
-from mulo.methods.zipar import RowFill
+from mulo.methods.zipar import RowFill, proxy_inputs
+from mulo.runner import ModelRunner
 from mulo.sampling import pooled_probability
+from mulo.trace import Round
 
 
-def draft_rows(ctx: DecodeContext, drafter, y: torch.Tensor, rows: tuple[int, int]) -> None:
-    """Fill low-res rows ``[a, b)`` of ``y`` with drafter samples."""
-    cfg = ctx.config
-    if cfg.drafting == "zipar":
-        fill = RowFill(drafter, y, rows, cfg.draft_window, ctx.sample)
-        while not fill.finished:
-            fill.step()
-        return
-    width = drafter.grid[1]
-    for u in range(rows[0] * width, rows[1] * width):
-        if u == 0:
-            logits = drafter.first_logits
+@dataclass
+class Block:
+    """One round's rows: low-res rows ``[a, b)`` = high-res positions ``[lo, hi)``."""
+
+    a: int
+    b: int
+    lo: int
+    hi: int
+
+
+@dataclass
+class MuloRun:
+    """What the steps of one MuLo-SD generation share."""
+
+    ctx: DecodeContext
+    target: ModelRunner
+    drafter: ModelRunner
+    upsampler: object  # the up-sampler the request picked (pixel or learned)
+    downsampler: object  # always the pixel one: committed tokens -> the drafter's prefix
+    neighbours: torch.Tensor  # [V, k] pooled with each draft token
+    x: torch.Tensor  # committed high-res tokens, flat, -1 = not yet
+    y: torch.Tensor  # the drafter's low-res sequence: committed rows down-sampled, then drafts
+
+    @property
+    def high(self) -> tuple[int, int]:
+        return self.ctx.grid
+
+    @property
+    def low(self) -> tuple[int, int]:
+        return self.drafter.grid
+
+    def blocks(self):
+        low_h, width, r = self.low[0], self.high[1], self.ctx.config.r
+        step = self.ctx.config.resolved_rows_per_block(low_h)
+        for a in range(0, low_h, step):
+            b = min(a + step, low_h)
+            yield Block(a, b, a * r * width, b * r * width)
+
+
+def start(ctx: DecodeContext) -> MuloRun:
+    """Check the drafter's geometry, bind the runners and prefill both."""
+    fam, knobs = ctx.family, ctx.config
+    height, width = ctx.grid
+    r = knobs.r
+    drafter_model = fam.drafters[r]
+    low_h, low_w = drafter_model.cfg.grid_hw
+    if (low_h * r, low_w * r) != (height, width):
+        raise ValueError(f"the r={r} drafter grid {low_h}x{low_w} times {r} is not the target grid {height}x{width}")
+    run = MuloRun(
+        ctx,
+        target=ctx.runner(fam.target, "target", refresh=knobs.refresh),
+        drafter=ctx.runner(drafter_model, "drafter"),
+        upsampler=fam.upsampler(knobs.upsampler, r),
+        downsampler=fam.upsampler("pixel", r),
+        neighbours=fam.neighbours(knobs.k).cpu(),
+        x=torch.full((height * width,), -1, dtype=torch.long),
+        y=torch.full((low_h * low_w,), -1, dtype=torch.long),
+    )
+    with ctx.phase("verify"):
+        run.target.prefill()
+    with ctx.phase("drafter"):
+        run.drafter.prefill()
+    return run
+
+
+def generate(ctx: DecodeContext):
+    run = start(ctx)
+    for block in run.blocks():
+        rnd = ctx.new_round(f"block {ctx.round_count}: low-res rows {block.a}-{block.b - 1}", run.x)
+        draft(run, block, rnd)
+        seq = upsample(run, block)
+        probs, rejected = verify(run, block, seq, rnd)
+        reopened, labels, t0 = reject_and_expand(run, block, rejected, rnd)
+        if t0 is not None:
+            resample_islands(run, seq, probs[t0 - block.lo], t0, reopened, labels, rnd)
+        commit(run, block, seq)
+        yield ctx.close(rnd, run.x)
+        if block.b < run.low[0]:
+            downsample(run, block)
+    return run.x.reshape(run.high)
+
+
+# -- the steps of one round -------------------------------------------------------------------
+def draft(run: MuloRun, block: Block, rnd: Round) -> None:
+    """Step 1: fill the block's low-res rows of ``y`` with drafter samples."""
+    ctx, drafter, y = run.ctx, run.drafter, run.y
+    low_h, low_w = run.low
+    with ctx.phase("drafter"):
+        if ctx.config.drafting == "zipar":
+            fill = RowFill(drafter, y, (block.a, block.b), ctx.config.draft_window, ctx.sample)
+            while not fill.finished:
+                fill.step()
         else:
-            logits, _ = drafter.feed_through(y, u - 1)
-            logits = logits[-1]
-        y[u] = ctx.sample(drafter.probs(logits))
+            for u in range(block.a * low_w, block.b * low_w):
+                y[u] = ctx.sample(drafter.probs(drafter.next_logits(y, u)))
+    low_draft = np.full(low_h * low_w, -1, dtype=np.int64)
+    low_draft[block.a * low_w : block.b * low_w] = y[block.a * low_w : block.b * low_w].numpy()
+    rnd.low_draft = low_draft.reshape(low_h, low_w)
 
 
+def upsample(run: MuloRun, block: Block) -> torch.Tensor:
+    """Step 2: the high-res sequence to verify: committed tokens, then the block's up-sampled
+    drafts (r x r per low-res token)."""
+    with run.ctx.phase("upsample"):
+        drafts = run.upsampler.upsample(run.y.view(run.low), run.x.view(run.high), (block.a, block.b))
+    seq = run.x.clone()
+    seq[block.lo : block.hi] = drafts.reshape(-1).cpu()
+    return seq
+
+
+def verify(run: MuloRun, block: Block, seq: torch.Tensor, rnd: Round) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 3: one causal target pass over the block (re-encoding stale slots on the way); a
+    draft token is rejected when its target probability pooled over its k nearest codebook
+    neighbours is below tau. Returns the block's distributions and the rejected positions."""
+    lo, hi = block.lo, block.hi
+    drafts = seq[lo:hi]
+    with run.ctx.phase("verify"):
+        probs = run.target.span_probs(seq, lo, hi)  # [hi - lo, V]
+        pooled = pooled_probability(probs, drafts, run.neighbours)
+        rejected = torch.zeros(len(seq), dtype=torch.bool)
+        rejected[lo:hi] = pooled < run.ctx.config.tau
+    rnd.draft.reshape(-1)[lo:hi] = drafts.numpy()
+    rnd.score.reshape(-1)[lo:hi] = pooled.numpy()
+    rnd.accepted.reshape(-1)[lo:hi] = (~rejected[lo:hi]).numpy()
+    rnd.rejected.reshape(-1)[:] = rejected.numpy()
+    return probs, rejected
+
+
+def reject_and_expand(run: MuloRun, block: Block, rejected: torch.Tensor, rnd: Round):
+    """Step 4: re-open the radius-l square around every rejection, never before t0 (the first
+    rejection) nor outside the block, and label its 8-connected islands. Returns
+    ``(reopened, labels, t0)``; t0 is None when every draft token was accepted."""
+    if not bool(rejected.any()):
+        return None, None, None
+    t0 = int(rejected.nonzero()[0])
+    in_block = torch.zeros(len(rejected), dtype=torch.bool)
+    in_block[block.lo : block.hi] = True
+    reopened = G.expand(rejected.view(run.high), run.ctx.config.radius, t0).reshape(-1) & in_block
+    labels = G.islands(reopened.view(run.high)).reshape(-1)
+    rnd.t0 = t0
+    rnd.reopened.reshape(-1)[:] = reopened.numpy()
+    rnd.islands.reshape(-1)[:] = labels.numpy()
+    return reopened, labels, t0
+
+
+def resample_islands(run: MuloRun, seq, probs_t0, t0: int, reopened, labels, rnd: Round) -> None:
+    """Step 5: resample the re-opened positions of ``seq`` in place, recording each one's wave."""
+    with run.ctx.phase("resample"):
+        waves = resample(run.ctx, run.target, seq, probs_t0, t0, reopened, labels)
+    rnd.resampled.reshape(-1)[:] = waves.numpy()
+
+
+def commit(run: MuloRun, block: Block, seq: torch.Tensor) -> None:
+    """Step 6: the block's tokens are final."""
+    run.x[block.lo : block.hi] = seq[block.lo : block.hi]
+
+
+def downsample(run: MuloRun, block: Block) -> None:
+    """Step 7: the committed rows, down-sampled, become the drafter's prefix; where they differ
+    from its drafts, the drafter's K/V after the first difference are stale."""
+    low_w = run.low[1]
+    span = slice(block.a * low_w, block.b * low_w)
+    with run.ctx.phase("downsample"):
+        committed = run.downsampler.downsample(run.x.view(run.high), (block.a, block.b)).reshape(-1).cpu()
+    changed = (committed != run.y[span]).nonzero()
+    if len(changed):
+        run.drafter.mark_stale(span.start + int(changed[0]))
+    run.y[span] = committed
+
+
+# -- resampling the re-opened set -------------------------------------------------------------
 def ready_in_islands(unresolved: torch.Tensor, labels: torch.Tensor, width: int, window: int) -> list[int]:
     """Positions resampled in the next wave (flat raster indices).
 
@@ -79,137 +235,35 @@ def ready_in_islands(unresolved: torch.Tensor, labels: torch.Tensor, width: int,
     return sorted(ready)
 
 
-def proxy_inputs(seq: torch.Tensor, inputs: torch.Tensor, unresolved: torch.Tensor, width: int) -> torch.Tensor:
-    """The tokens fed at ``inputs``: the final token there, or, where it is still unresolved
-    (the last slot of a row whose next row starts early), ZipAR's proxy: the latest final token
-    of that row. The true token overwrites the proxy's K/V once it is resampled. The row always
-    has a final token: its column 0 touches the next row's column 0, so it is in the same island,
-    and ``ready_in_islands`` starts that next row only once the island's columns < window are final."""
-    tokens = seq[inputs].clone()
-    for q, v in enumerate(inputs.tolist()):
-        if bool(unresolved[v]):
-            start = v - v % width
-            final_in_row = (~unresolved[start : v + 1]).nonzero()[:, 0]
-            tokens[q] = seq[start + int(final_in_row[-1])]
-    return tokens
-
-
-def generate(ctx: DecodeContext):
-    fam, cfg = ctx.family, ctx.config
-    height, width = ctx.grid
-    n_total = height * width
-    r = cfg.r
-    drafter_model = fam.drafters[r]
-    low_h, low_w = drafter_model.cfg.grid_hw
-    if (low_h * r, low_w * r) != (height, width):
-        raise ValueError(f"the r={r} drafter grid {low_h}x{low_w} times {r} is not the target grid {height}x{width}")
-    block_rows = cfg.resolved_rows_per_block(low_h)
-    upsampler = fam.upsampler(cfg.upsampler, r)
-    downsampler = fam.upsampler("pixel", r)
-    neighbours = fam.neighbours(cfg.k).cpu()
-
-    target = ctx.runner(fam.target, "target")
-    target.exact = cfg.refresh
-    drafter = ctx.runner(drafter_model, "drafter")
-    with ctx.phase("verify"):
-        target.prefill()
-    with ctx.phase("drafter"):
-        drafter.prefill()
-
-    x = torch.full((n_total,), -1, dtype=torch.long)  # committed high-res tokens
-    y = torch.full((low_h * low_w,), -1, dtype=torch.long)  # low-res prefix + drafts
-    for a in range(0, low_h, block_rows):
-        b = min(a + block_rows, low_h)
-        lo, hi = a * r * width, b * r * width  # the block's high-res positions
-        rnd = ctx.new_round(f"block {ctx.round_count}: low-res rows {a}-{b - 1}", x)
-
-        with ctx.phase("drafter"):
-            draft_rows(ctx, drafter, y, (a, b))
-        low_draft = np.full(low_h * low_w, -1, dtype=np.int64)
-        low_draft[a * low_w : b * low_w] = y[a * low_w : b * low_w].numpy()
-        rnd.low_draft = low_draft.reshape(low_h, low_w)
-
-        with ctx.phase("upsample"):
-            draft = upsampler.upsample(y.view(low_h, low_w), x.view(height, width), (a, b)).reshape(-1).cpu()
-        seq = x.clone()
-        seq[lo:hi] = draft
-
-        with ctx.phase("verify"):
-            rows = [target.first_logits[None]] if lo == 0 else []
-            if hi - 2 >= max(lo - 1, 0):
-                logits, positions = target.feed_through(seq, hi - 2, include=torch.arange(max(lo - 1, 0), hi - 1))
-                rows.append(logits[positions >= lo - 1])
-            probs = target.probs(torch.cat(rows)).cpu()  # [hi - lo, V]
-            target.stale_from = n_total
-            pooled = pooled_probability(probs, draft, neighbours)
-            rejected = torch.zeros(n_total, dtype=torch.bool)
-            rejected[lo:hi] = pooled < cfg.tau
-
-        rnd.draft.reshape(-1)[lo:hi] = draft.numpy()
-        rnd.score.reshape(-1)[lo:hi] = pooled.numpy()
-        rnd.accepted.reshape(-1)[lo:hi] = (~rejected[lo:hi]).numpy()
-        rnd.rejected.reshape(-1)[:] = rejected.numpy()
-
-        if bool(rejected.any()):
-            t0 = int(rejected.nonzero()[0])
-            in_block = torch.zeros(n_total, dtype=torch.bool)
-            in_block[lo:hi] = True
-            reopened = G.expand(rejected.view(height, width), cfg.radius, t0).reshape(-1) & in_block
-            labels = G.islands(reopened.view(height, width)).reshape(-1)
-            rnd.t0 = t0
-            rnd.reopened.reshape(-1)[:] = reopened.numpy()
-            rnd.islands.reshape(-1)[:] = labels.numpy()
-            with ctx.phase("resample"):
-                waves = resample(ctx, target, seq, probs[t0 - lo], t0, reopened, labels)
-            rnd.resampled.reshape(-1)[:] = waves.numpy()
-        x[lo:hi] = seq[lo:hi]
-        yield ctx.close(rnd, x)
-
-        if b < low_h:  # the drafter's next prefix: committed rows, down-sampled
-            with ctx.phase("downsample"):
-                committed = downsampler.downsample(x.view(height, width), (a, b)).reshape(-1).cpu()
-            changed = (committed != y[a * low_w : b * low_w]).nonzero()
-            if len(changed):
-                drafter.stale_from = min(drafter.stale_from, a * low_w + int(changed[0]))
-            y[a * low_w : b * low_w] = committed
-    return x.reshape(height, width)
-
-
 def resample(ctx: DecodeContext, target, seq, probs_t0, t0: int, reopened, labels) -> torch.Tensor:
     """Resample the re-opened positions of ``seq`` in place; returns the wave of each position
-    (1 = sampled from the verification pass itself, 0 = not resampled)."""
-    cfg = ctx.config
-    n_total = len(seq)
+    (1 = sampled from the verification pass itself, 0 = not resampled).
+
+    The token at t0 comes from the verification pass: its whole context is final. Raster (v1):
+    one causal pass per token, each re-encoding the accepted run before it. Islands (v2): one
+    pass per wave, each island advancing one token (or one per island row with a ZipAR window),
+    every query seeing only final tokens."""
+    knobs = ctx.config
     width = ctx.grid[1]
-    waves = torch.zeros(n_total, dtype=torch.long)
+    waves = torch.zeros(len(seq), dtype=torch.long)
     seq[t0] = ctx.sample(probs_t0)
     waves[t0] = 1
     unresolved = reopened.clone()
     unresolved[t0] = False
-    if cfg.refresh:
-        target.stale_from = t0 + 1  # every slot after t0 saw a rejected draft
-    if cfg.resampling == "raster":
+    if knobs.refresh:
+        target.mark_stale(t0 + 1)  # every slot after t0 saw a rejected draft
+    if knobs.resampling == "raster":
         for u in unresolved.nonzero()[:, 0].tolist():
-            logits, _ = target.feed_through(seq, u - 1)
-            seq[u] = ctx.sample(target.probs(logits[-1]))
+            seq[u] = ctx.sample(target.probs(target.next_logits(seq, u)))
             waves[u] = waves.max() + 1
         return waves
     wave = 1
     while bool(unresolved.any()):
         wave += 1
-        ready = torch.tensor(ready_in_islands(unresolved, labels, width, cfg.island_window))
+        ready = torch.tensor(ready_in_islands(unresolved, labels, width, knobs.island_window))
         final = ~unresolved
         inputs = ready - 1
-        # A token resampled in an earlier wave is written into the cache when it is fed as the
-        # next position's input; where that position is kept (an island row's last token), its
-        # slot still holds the rejected draft's K/V, so write it now, in the same pass.
-        limit = int(inputs.max())
-        unwritten = (target.fed[:limit] != seq[:limit]) & final[:limit]
-        unwritten[inputs[inputs < limit]] = False
-        rewrite = unwritten.nonzero()[:, 0]
-        positions = torch.cat([rewrite, inputs])
-        fed = torch.cat([seq[rewrite], proxy_inputs(seq, inputs, unresolved, width)])
-        logits = target.feed(positions, fed, target.final_mask(positions, final))[-len(inputs) :]
+        logits = target.feed_over_final(inputs, proxy_inputs(seq, inputs, final, width), seq, final)
         seq[ready] = ctx.sample(target.probs(logits))
         unresolved[ready] = False
         waves[ready] = wave

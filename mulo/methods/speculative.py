@@ -24,26 +24,19 @@ def _draft(ctx: DecodeContext, drafter, seq: torch.Tensor, n: int, count: int):
     """Sample ``count`` draft tokens at positions n.. into ``seq``; returns their q ``[count, V]``."""
     qs = []
     for u in range(n, n + count):
-        if u == 0:
-            logits = drafter.first_logits
-        else:
-            logits, _ = drafter.feed_through(seq, u - 1)
-            logits = logits[-1]
-        q = drafter.probs(logits).cpu()
+        q = drafter.probs(drafter.next_logits(seq, u)).cpu()
         seq[u] = ctx.sample(q)
         qs.append(q)
     return torch.stack(qs)
 
 
 def generate(ctx: DecodeContext, relaxed: bool = False):
-    fam, cfg = ctx.family, ctx.config
-    if fam.draft_model is None:
-        raise ValueError(f"family {fam.name!r} has no same-grid draft model for sd/lantern")
+    fam, knobs = ctx.family, ctx.config  # the registry checked that fam has a draft model
     height, width = ctx.grid
     n_total = height * width
     target = ctx.runner(fam.target, "target")
     drafter = ctx.runner(fam.draft_model, "drafter")
-    neighbours = fam.neighbours(cfg.lantern_k).cpu() if relaxed else None
+    neighbours = fam.neighbours(knobs.lantern_k).cpu() if relaxed else None
     with ctx.phase("verify"):
         target.prefill()
     with ctx.phase("drafter"):
@@ -52,7 +45,7 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
     n = 0
     while n < n_total:
         rnd = ctx.new_round(f"round {ctx.round_count}", x)
-        count = min(cfg.draft_len, n_total - n)
+        count = min(knobs.draft_len, n_total - n)
         seq = x.clone()
         with ctx.phase("drafter"):
             q = _draft(ctx, drafter, seq, n, count)
@@ -61,7 +54,7 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
             drafts = seq[n : n + count]
             idx = torch.arange(count)
             if relaxed:
-                p_test, pooled = lantern_relaxed(p[:count], drafts, neighbours, cfg.delta)
+                p_test, pooled = lantern_relaxed(p[:count], drafts, neighbours, knobs.delta)
             else:
                 p_test = p[idx, drafts]
             q_test = q[idx, drafts]

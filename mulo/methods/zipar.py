@@ -29,6 +29,20 @@ def ready_rows(done: list[int], rows: range, width: int, window: int) -> list[in
     return ready
 
 
+def proxy_inputs(seq: torch.Tensor, inputs: torch.Tensor, final: torch.Tensor, width: int) -> torch.Tensor:
+    """The tokens fed at ``inputs`` (flat positions): ``seq`` there where it is ``final``, else
+    ZipAR's proxy, the latest final token of the same row. This happens at the last slot of a row
+    whose next row started early; the true token overwrites the proxy's K/V once it exists.
+    Callers start a row early only once the row above has a final token (ZipAR's window)."""
+    tokens = seq[inputs].clone()
+    for q, v in enumerate(inputs.tolist()):
+        if not bool(final[v]):
+            start = v - v % width
+            final_in_row = final[start : v + 1].nonzero()[:, 0]
+            tokens[q] = seq[start + int(final_in_row[-1])]
+    return tokens
+
+
 class RowFill:
     """Generates grid rows ``[a, b)`` of ``seq`` (flat, -1 = unknown) in ZipAR order, one pass
     per ``step()``. Rows above ``a`` must be complete. Each pass also re-feeds slots that are out
@@ -49,23 +63,14 @@ class RowFill:
         runner, seq, width = self.runner, self.seq, self.width
         rows = ready_rows(self.done, self.rows, width, self.window)
         targets = torch.tensor([i * width + self.done[i] for i in rows])
-        logits = torch.empty(len(targets), runner.model.cfg.vocab_size)
+        logits = torch.empty(len(targets), runner.vocab_size)
         first = targets == 0
         if bool(first.any()):
             logits[first] = runner.first_logits
         inputs = targets[~first] - 1
         if len(inputs):
-            tokens = seq[inputs].clone()
-            for q, v in enumerate(inputs.tolist()):
-                if tokens[q] < 0:  # row above unfinished: its latest token stands in
-                    above = v // width
-                    tokens[q] = seq[above * width + self.done[above] - 1]
-            extra = runner.outdated(seq, int(inputs.max()), contiguous=False)
-            extra = extra[~torch.isin(extra, inputs)]
-            positions = torch.cat([extra, inputs])
-            out = runner.feed(positions, torch.cat([seq[extra], tokens]), runner.causal_mask(positions))
-            runner.stale_from = runner.n_image  # the re-fed prefix is exact again
-            logits[~first] = out[len(extra) :]
+            tokens = proxy_inputs(seq, inputs, seq >= 0, width)
+            logits[~first] = runner.feed_refreshing(inputs, tokens, seq)
         seq[targets] = self.draw(runner.probs(logits))
         for i in rows:
             self.done[i] += 1

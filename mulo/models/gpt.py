@@ -15,7 +15,7 @@ written is never attended to.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -104,9 +104,6 @@ class GPTConfig:
         # The last image token is never fed, so the slots are cond_len + max_seq_len - 1.
         return self.cond_len + self.max_seq_len - 1
 
-    def with_grid(self, h: int, w: int) -> GPTConfig:
-        return replace(self, max_seq_len=h * w, grid=(h, w))
-
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
@@ -147,9 +144,6 @@ class KVCache:
     @property
     def n_slots(self) -> int:
         return self.written.numel()
-
-    def invalidate(self, slots: torch.Tensor | slice) -> None:
-        self.written[slots] = False
 
 
 class Attention(nn.Module):

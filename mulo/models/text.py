@@ -16,6 +16,14 @@ from torch import nn
 PAD = "<pad>"
 
 
+def words(text: str) -> list[str]:
+    """Lower-case word tokens: letters/digits runs (``medium-light`` -> ``medium``, ``light``).
+
+    What the word tokenizer reads, and how texts are normalised wherever they are compared
+    (emoji names and short prompts in training, aliases, evaluation prompts)."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
 class WordTokenizer:
     """Lower-case words -> ids; id 0 is padding. Unknown words are reported, never silently lost."""
 
@@ -28,12 +36,11 @@ class WordTokenizer:
 
     @classmethod
     def build(cls, texts: list[str], max_len: int) -> WordTokenizer:
-        words = sorted({w for t in texts for w in re.findall(r"[a-z0-9]+", t.lower())})
-        return cls([PAD, *words], max_len)
+        return cls([PAD, *sorted({w for t in texts for w in words(t)})], max_len)
 
     def split(self, text: str) -> tuple[list[str], list[str]]:
         """(known words, unknown words) of ``text``, in order."""
-        found = re.findall(r"[a-z0-9]+", text.lower())
+        found = words(text)
         return [w for w in found if w in self.index], [w for w in found if w not in self.index]
 
     def encode(self, text: str) -> tuple[torch.Tensor, list[str]]:

@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import logging
-import re
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -21,6 +20,9 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from mulo.eval.quality import pack_prompts, unpack_prompts
+from mulo.models.text import words
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,6 @@ SKIN_TONES = {
     "1F3FF": "dark skin tone",
 }
 VAL_FRACTION = 0.05
-PROMPT_SEP = "|"  # short prompts are lower-case words and spaces, so this never occurs in one
 NAME_STOP_WORDS = frozenset(["a", "an", "and", "of", "on", "in", "with", "the", "for", "sign", "symbol"])
 SPLIT_SEED = 1234
 
@@ -76,11 +77,6 @@ class EmojiData:
         return self.subset(self.is_val)
 
 
-def words(text: str) -> list[str]:
-    """Lower-case word tokens: letters/digits runs (``medium-light`` -> ``medium``, ``light``)."""
-    return re.findall(r"[a-z0-9]+", text.lower())
-
-
 def short_names_of(entry: dict, tones: list[str]) -> list[str]:
     """emoji.json's short names of an entry as words, with the skin tones of a variant appended."""
     tone_words = [SKIN_TONES[t] for t in tones]
@@ -116,15 +112,6 @@ def aliases(data: EmojiData) -> dict[str, str]:
             if short and short not in names:
                 found.setdefault(short, set()).add(name)
     return {short: next(iter(targets)) for short, targets in sorted(found.items()) if len(targets) == 1}
-
-
-def pack_prompts(prompts: list[list[str]]) -> np.ndarray:
-    """Per-image prompt lists as one string array (what ``np.savez`` stores without pickling)."""
-    return np.array([PROMPT_SEP.join(p) for p in prompts])
-
-
-def unpack_prompts(packed: np.ndarray) -> list[list[str]]:
-    return [p.split(PROMPT_SEP) if p else [] for p in packed.tolist()]
 
 
 def fetch_package(cache: Path) -> Path:

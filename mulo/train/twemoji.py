@@ -39,10 +39,8 @@ VQ_CONFIG = dict(
     up_block_types=("UpDecoderBlock2D",) * 3,
     layers_per_block=1,
     latent_channels=32,
-    # 32 codes, not 512: a coarse codebook is what lets a low-res draft name the high-res code.
-    # Same recipe, VQ stage alone (validation split): 512 / 128 / 32 codes give PSNR 64 px
-    # 25.2 / 24.2 / 23.2 dB, a perfect drafter's agreement with the 64 px codes 0.21 / 0.33 / 0.50
-    # (r 2) and 0.09 / 0.19 / 0.34 (r 4), reconstruction adherence 0.87 / 0.89 / 0.88 (120 prompts).
+    # 32 codes, not 512: a coarse codebook is what lets a low-res draft name the high-res code
+    # (the codebook study: MODEL_CARD.md, History).
     num_vq_embeddings=32,
     vq_embed_dim=8,
     norm_num_groups=16,
@@ -52,20 +50,15 @@ VQ_CONFIG = dict(
 TARGET = dict(dim=256, n_layer=4, n_head=4, multiple_of=64)
 DRAFT_MODEL = dict(dim=96, n_layer=2, n_head=2, multiple_of=32)  # about 1/8 of the target
 GRIDS = {"target": 16, "drafter_r2": 8, "drafter_r4": 4, "draft_model": 16}
-# Recommended knob values written to defaults.json, chosen on the trained family (model card).
-# No guidance: these models memorise their ~1,900 emoji, and CFG pushes them off the images they
-# know (40 prompts, AR: adherence 0.05 at cfg 4, 0.23 at cfg 1, 0.48 at cfg 1 with top-p 0.8).
+# Recommended knob values written to defaults.json, chosen on the trained family; the design study
+# behind each value is in MODEL_CARD.md, History.
+# No guidance: these models memorise their ~1,900 emoji, and CFG pushes them off the images they know.
 # No codebook pooling (k 0): the target has memorised which code each image uses, and a pooled
-# neighbour it gives ~0 probability derails it (40 prompts, r 2, 32 codes: adherence 0.425 at k 0,
-# 0.25 at k 1, AR 0.475; with 512 codes 0.35 at k 0 and 0.075 at k 8). tau 0.1: its probabilities
-# are near 0 or large, so tau 0.03 accepts the same share (0.52) with the same adherence.
+# neighbour it gives ~0 probability derails it. tau 0.1: its probabilities are near 0 or large, so
+# a smaller tau accepts the same share.
 # The whole low-res image in one round (rows_per_block 8 = every row at r 2 and r 4): the VQ
-# encoder sees the image below a row too, so re-encoding one up-sampled row strip reproduced 6 % of
-# the 64 px codes even from a perfect 32 px draft, the whole image 22 % (512 codes; 120 prompts, r 2:
-# acceptance 0.042 -> 0.22, flat tokens 0.33, detailed 0.09, adherence 0.70 -> 0.65, AR 0.74).
-# Radius 2, the paper's protocol (tau and l calibrated until MuLo-SD's quality matches the
-# baseline's): 120 prompts, r 2, adherence / FD 0.658 / 0.392 at l 1, 0.750 / 0.359 at l 2,
-# 0.750 / 0.351 at l 3 (AR 0.758 / 0.352); r 4: 0.558 / 0.492, 0.717 / 0.371, 0.725 / 0.346.
+# encoder sees the image below a row too, so a row strip alone re-encodes to other codes.
+# Radius 2, the paper's protocol: tau and l calibrated until MuLo-SD's quality matches the baseline's.
 DEFAULTS = {"cfg": 1.0, "top_p": 0.8, "tau": 0.1, "k": 0, "radius": 2, "rows_per_block": 8}
 NAME_TEXT_PROB = 0.6  # mini-CLIP text augmentation: the emoji's name, else its full description
 CFG_DROPOUT = 0.1
@@ -88,16 +81,13 @@ class Budget:
     eval_prompts: int = 120
     # AR text augmentation: the name, a short prompt (one short name alone, "pizza" for "slice of
     # pizza", or one content word of the name, "sun" for "sun with face"), or the full description.
-    # Short prompts off in the shipped weights. With 0.2 of them (name 0.5, description 0.3; run
-    # twemoji-v9, same budget) AR adherence to one-word prompts rose from 0.11 to 0.28 (87 prompts)
-    # but to names fell from 0.74 to 0.67 (120 prompts), and "pizza" still failed 4 of 4 seeds: the
-    # AR models see each of ~4,100 short prompts about six times at this budget.
+    # Short prompts off in the shipped weights: at this budget the AR models see each of ~4,100 short
+    # prompts about six times, too few to learn them, and they cost adherence to names; short names
+    # are resolved by aliases.json instead (MODEL_CARD.md, History).
     ar_text_mix: dict = field(default_factory=lambda: {"name": 0.6, "short": 0.0, "description": 0.4})
     # AR noisy teacher forcing: fraction of input tokens replaced by random codes, from this
-    # fraction of each stage's steps on. Off: with 0.15 from 62 % (the v1 recipe) the target, at a
-    # training loss of 0.34 nats/token when the noise started, ended at a clean loss of 0.66 on the
-    # evaluation emoji; without it, 0.17 (training loss), and AR adherence on 40 prompts at cfg 1 rose
-    # from 0.05 to 0.23. The AR models here memorise ~1,900 emoji; exact context is what lets them.
+    # fraction of each stage's steps on. Off: the AR models here memorise ~1,900 emoji, exact context
+    # is what lets them, and the noise undid the target's memorisation (MODEL_CARD.md, History).
     input_noise: float = 0.0
     input_noise_from: float = 0.625
 

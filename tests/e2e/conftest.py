@@ -40,11 +40,11 @@ def browser_type_launch_args(browser_type_launch_args):
 def app_url():
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import app
-    from mulo import ui
     from mulo.families import twemoji
+    from mulo.ui import engines
 
     if not (twemoji.ASSETS / "target.safetensors").exists():
-        ui.DEFAULT_FAMILY = "toy"  # the trained family is not installed: drive the UI on random weights
+        engines.DEFAULT_FAMILY = "toy"  # the trained family is not installed: drive the UI on random weights
     demo = app.build_demo().queue(max_size=16)
     _, url, _ = demo.launch(
         prevent_thread_lock=True, server_name="127.0.0.1", server_port=7873, quiet=True, **app.LAUNCH_KW

@@ -38,9 +38,11 @@ def test_generate_scrub_click_download(page: Page, app_url):
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(app_url)
+    page.wait_for_load_state("networkidle")  # hydrated: a value typed earlier can be lost (seen once on a cold start)
     # two low-res rows per round instead of the family's whole image: several rounds to scrub
     page.get_by_text("Advanced", exact=True).click()
     set_slider(page, "rows per block", "2")
+    page.wait_for_timeout(500)  # let the slider's last change event settle before Generate reads it
     page.get_by_role("button", name="Generate", exact=True).click()
     expect(page.locator("#ar img")).to_be_visible(timeout=60_000)
     expect(page.locator("#mulo img")).to_be_visible(timeout=60_000)

@@ -17,6 +17,7 @@ import torch
 
 from mulo import viz
 from mulo.models.vq import to_uint8
+from mulo.streams import Returning
 from mulo.trace import Round, Trace
 
 
@@ -65,19 +66,15 @@ def stream_view(engine, prompt: str, method: str, seed: int, config=None):
     """Yield a growing ``RunView`` after each round; return the finished one."""
     painter = Painter(engine.family)
     view = RunView(None, method)
-    stream = engine.stream(prompt, method, seed, config)
+    run = Returning(engine.stream(prompt, method, seed, config))
     before = np.full(engine.family.grid, -1, dtype=np.int64)
-    while True:
-        try:
-            rnd = next(stream)
-        except StopIteration as done:
-            result = done.value
-            view.trace, view.image = result.trace, result.image
-            return view
+    for rnd in run:
         view.drafts.append(painter.draft(rnd, before))
         view.canvases.append(painter(rnd.tokens))
         before = rnd.tokens
         yield view
+    view.trace, view.image = run.value.trace, run.value.image
+    return view
 
 
 class ReplayFrames(Sequence):

@@ -1,0 +1,40 @@
+"""The app's shared engines: one per family, loaded on first use and kept for every request."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import gradio as gr
+
+from mulo.engine import Engine
+from mulo.families import FAMILIES, TAR_VARIANTS, load_family
+
+FAMILY_CHOICES = tuple(dict.fromkeys(FAMILIES + TAR_VARIANTS))
+DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", "twemoji")
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def engine_for(family: str) -> Engine:
+    """The shared engine of ``family`` (loaded once; a load failure is a gr.Error)."""
+    with _engines_lock:
+        if family not in _engines:
+            try:
+                _engines[family] = Engine(load_family(family, "cuda" if _cuda() else "cpu"))
+            except (ValueError, FileNotFoundError) as exc:
+                raise gr.Error(str(exc)) from None
+        return _engines[family]
+
+
+def loaded(family) -> Engine | None:
+    """The engine of ``family`` if it is loaded already. Never loads one, nor waits for one
+    being loaded (no lock: a replay is not held up by a family loading for a generation)."""
+    return _engines.get(family) if isinstance(family, str) else None
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

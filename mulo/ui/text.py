@@ -1,0 +1,103 @@
+"""The app's Markdown: the explainer, the metrics legend, a run's headline numbers, a round's
+line, a token's history and a replay's summary. Every string from a trace is shown with ``plain``
+(trace files are shared: their text is data, never markup)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mulo import viz
+from mulo.markdown import plain
+from mulo.trace import Trace
+
+METRICS_LEGEND = """
+**wall time**: seconds from request to decoded image on this machine (drawing excluded) ·
+**speed-up**: AR wall time / this method's wall time, same prompt, seed and settings ·
+**NFE**: forward passes of the target and of the drafter (a CFG pair counts once) ·
+**rounds**: draft → verify → resample blocks (AR and ZipAR: one per row of work) ·
+**acceptance**: accepted draft tokens / proposed draft tokens ·
+**re-opened**: positions re-opened and resampled by the target / all positions
+"""
+
+EXPLAINER = """
+MuLo-SD drafts the image with a **low-resolution** AR model, **up-samples** the draft tokens ×r,
+**verifies** all of them in one pass of the high-resolution target, **accepts** a token when the
+target probability pooled over the draft token and its k nearest codebook neighbours reaches τ,
+**re-opens** only the (2l+1)² neighbourhood of each rejection (never before the first one, t0) and
+**resamples** those islands, in parallel. Colours: <span style="color:#16a34a">■ accepted</span>
+<span style="color:#dc2626">■ rejected</span> <span style="color:#f59e0b">■ re-opened</span>
+<span style="color:#2563eb">■ t0</span>.
+"""
+
+
+def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
+    s = trace.summary()
+    speedup = f"{baseline.latency_s / trace.latency_s:.2f}×" if baseline is not None and trace is not baseline else "1×"
+    acc = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.1%}"
+    c = trace.config
+    lines = [
+        f"**{trace.latency_s:.2f} s** · speed-up **{speedup}** · NFE target {s['nfe']['target']}, "
+        f"drafter {s['nfe']['drafter']} · {s['rounds']} rounds",
+        f"acceptance {acc} · re-opened {s['reopened_fraction']:.1%}",
+        f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
+        f"top-p {c['top_p']} · seed {trace.seed} · {plain(trace.device, 64)}</small>",
+    ]
+    # every string below may come from a shared trace file: shown as text, never as markup
+    if trace.condition_text:
+        lines.append(
+            f"conditioned on *{plain(trace.condition_text)}* (the emoji whose short name is *{plain(trace.prompt)}*)"
+        )
+    if trace.warnings:
+        lines.append(f"⚠️ {plain('; '.join(trace.warnings), 600)}")
+    return "  \n".join(lines)
+
+
+def replay_summary(trace: Trace, decoded: bool) -> str:
+    """The headline of a replayed trace file (``decoded``: drawn with the family's own VQ)."""
+    note = "" if decoded else " (family not loaded here: token codes shown as colours)"
+    return (
+        f"**{plain(trace.prompt)}** · {trace.method} · seed {trace.seed} · {plain(trace.family, 64)}{note}  \n"
+        + stats_markdown(trace, None)
+    )
+
+
+def round_info(trace: Trace, index: int) -> str:
+    """One line on round ``index`` (a valid index) of ``trace``: its counts, t0, scores, cost."""
+    rnd = trace.rounds[index]
+    score = rnd.score[rnd.draft >= 0]
+    return (
+        f"**round {index + 1} / {len(trace.rounds)}** ({plain(rnd.label, 64)}) · proposed {rnd.proposed} · accepted "
+        f"{int(rnd.accepted.sum())} · rejected {int(rnd.rejected.sum())} · re-opened {int(rnd.reopened.sum())} "
+        f"in {rnd.n_islands} island(s) · t0 = {_rc(rnd.t0, trace.grid)}"
+        + (f" · score min/median {score.min():.3f}/{np.median(score):.3f}" if score.size and score.max() >= 0 else "")
+        + f" · NFE target {rnd.nfe.get('target', 0)}, drafter {rnd.nfe.get('drafter', 0)}"
+        + f" · {sum(rnd.timings_s.values()) * 1000:.1f} ms"
+    )
+
+
+def _rc(t0, grid) -> str:
+    return "none" if t0 is None else f"row {t0 // grid[1]}, col {t0 % grid[1]}"
+
+
+def describe_token(trace: Trace, row: int, col: int, tau: float) -> str:
+    lines = [
+        f"**token (row {row}, col {col})**: final code {int(trace.tokens[row, col])}, final after round "
+        f"{int(viz.finalized_round(trace)[row, col]) + 1}"
+    ]
+    for rnd in trace.rounds:
+        if rnd.draft[row, col] < 0 and not rnd.reopened[row, col] and not rnd.resampled[row, col]:
+            continue
+        parts = [f"round {rnd.index + 1}"]
+        if rnd.draft[row, col] >= 0:
+            score = float(rnd.score[row, col])
+            verdict = "accepted" if rnd.accepted[row, col] else ("rejected" if rnd.rejected[row, col] else "not tested")
+            test = f", score {score:.3f} vs τ {tau}" if score >= 0 else ""
+            parts.append(f"draft code {int(rnd.draft[row, col])}{test} → {verdict}")
+        if rnd.reopened[row, col]:
+            parts.append(f"re-opened (island {int(rnd.islands[row, col])})")
+        if rnd.resampled[row, col]:
+            parts.append(f"resampled in wave {int(rnd.resampled[row, col])} → code {int(rnd.tokens[row, col])}")
+        lines.append("- " + "; ".join(parts))
+    if len(lines) == 1:
+        lines.append("- decoded directly by the target (no draft for this position)")
+    return "\n".join(lines)

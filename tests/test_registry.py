@@ -1,0 +1,99 @@
+"""Adding a method is one ``register`` call: the engine runs it, the CLI offers it, the trace
+schema accepts its traces, the app offers it as a third column and routes its knobs to it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mulo import methods
+from mulo.config import ConfigError
+from mulo.trace import TraceError, parse
+
+
+def stripes(ctx):
+    """A test method: row i is code (i + zipar_window) mod V, one round per row."""
+    height, width = ctx.grid
+    vocab = ctx.family.vocab_size
+    x = torch.full((height * width,), -1, dtype=torch.long)
+    for row in range(height):
+        rnd = ctx.new_round(f"stripe {row}", x)
+        x[row * width : (row + 1) * width] = (row + ctx.config.zipar_window) % vocab
+        yield ctx.close(rnd, x)
+    return x.reshape(height, width)
+
+
+@pytest.fixture
+def stripes_method():
+    method = methods.register(
+        methods.Method("stripes", "Stripes", stripes, "test stripes", knobs=("zipar_window",), builtin=False)
+    )
+    yield method
+    methods.unregister("stripes")
+
+
+def expected_rows(engine, window: int) -> list[int]:
+    height = engine.family.grid[0]
+    return [(row + window) % engine.family.vocab_size for row in range(height)]
+
+
+def test_the_engine_runs_a_registered_method_with_its_knob(engine, stripes_method):
+    result = engine.generate("red apple", "stripes", 0, {"zipar_window": 3})
+    assert result.tokens[:, 0].tolist() == expected_rows(engine, 3)
+    assert result.trace.method == "stripes" and len(result.trace.rounds) == engine.family.grid[0]
+    assert result.trace.summary()["mean_accepted_length"] is None  # not a chain method
+
+
+def test_an_unregistered_method_is_a_config_error(engine, stripes_method):
+    methods.unregister("stripes")
+    with pytest.raises(ConfigError, match="method must be one of ar, zipar, sjd, sd, lantern, mulo"):
+        engine.generate("red apple", "stripes", 0)
+    methods.register(stripes_method)  # for the fixture's teardown
+
+
+def test_the_cli_offers_and_runs_it_and_the_schema_accepts_its_trace(stripes_method, tmp_path, capsys):
+    from mulo.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "stripes: test stripes" in " ".join(capsys.readouterr().out.split())
+    path = tmp_path / "stripes.json"
+    args = ["generate", "--family", "toy", "--method", "stripes", "--prompt", "red apple", "--zipar-window", "2"]
+    assert main([*args, "--trace", str(path)]) == 0
+    assert "stripes on toy" in capsys.readouterr().out
+    data = json.loads(path.read_text())
+    trace = parse(data)
+    assert trace.method == "stripes" and trace.config["zipar_window"] == 2
+    methods.unregister("stripes")
+    with pytest.raises(TraceError, match="at method"):  # the schema follows the registry
+        parse(data)
+    methods.register(stripes_method)
+
+
+def test_registering_checks_names_knobs_and_needs(stripes_method):
+    with pytest.raises(ValueError, match="already registered"):
+        methods.register(stripes_method)
+    with pytest.raises(ValueError, match="unknown knobs or needs banana"):
+        methods.register(methods.Method("other", "Other", stripes, "x", knobs=("banana",), builtin=False))
+    with pytest.raises(ValueError, match="unknown knobs or needs wings"):
+        methods.register(methods.Method("other", "Other", stripes, "x", needs=("wings",), builtin=False))
+    with pytest.raises(ValueError, match="built in"):
+        methods.unregister("ar")
+    assert "other" not in methods.names()
+
+
+def test_the_app_offers_it_as_a_third_column_with_its_knobs(stripes_method):
+    import app
+    from mulo.ui import handlers, knobs
+
+    assert "stripes" in knobs.baselines()
+    routed = knobs.method_knobs({"zipar_window": 2, "tau": 0.5, "cfg": 2.0}, "stripes")
+    assert routed == {"zipar_window": 2, "cfg": 2.0}  # MuLo-SD's tau is not its knob
+    demo = app.build_demo()
+    dropdowns = [c for c in demo.blocks.values() if getattr(c, "label", None) == "third column"]
+    assert ["stripes", "stripes"] in [list(choice) for choice in dropdowns[0].choices]
+    *_, final = handlers.generate("red apple", "0", "toy", "stripes", zipar_window=2)
+    stats_third = final[5]
+    assert stats_third.startswith("**") and "stripes" in stats_third
