@@ -21,14 +21,18 @@ def decoded(page: Page, selector: str, timeout: float = 30_000) -> bool:
 
 def set_slider(page: Page, label: str, value: str) -> None:
     """Type ``value`` into a gradio slider's number box until the slider's range input shows it
-    too (both read the component's value; a box typed into before the page has hydrated loses it)."""
+    too, and still does a moment later (both read the component's value; a box typed into before
+    the page has hydrated loses it, once even after the range input had shown it: a cold start
+    in CI generated with the family's value)."""
     box = page.get_by_label(f"number input for {label}")
     track = page.get_by_label(f"range slider for {label}")
     for _ in range(40):
         box.fill(value)
         box.blur()
         if track.input_value() == value:
-            return
+            page.wait_for_timeout(750)
+            if track.input_value() == value and box.input_value() == value:
+                return
         page.wait_for_timeout(250)
     raise AssertionError(f"the {label} slider did not take {value} (shows {track.input_value()})")
 
@@ -38,11 +42,9 @@ def test_generate_scrub_click_download(page: Page, app_url):
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(app_url)
-    page.wait_for_load_state("networkidle")  # hydrated: a value typed earlier can be lost (seen once on a cold start)
     # two low-res rows per round instead of the family's whole image: several rounds to scrub
     page.get_by_text("Advanced", exact=True).click()
     set_slider(page, "rows per block", "2")
-    page.wait_for_timeout(500)  # let the slider's last change event settle before Generate reads it
     page.get_by_role("button", name="Generate", exact=True).click()
     expect(page.locator("#ar img")).to_be_visible(timeout=60_000)
     expect(page.locator("#mulo img")).to_be_visible(timeout=60_000)
