@@ -33,3 +33,79 @@ def upsampling_agreement(vq: VQTokenizer, upsampler, images: torch.Tensor, r: in
         "from_tokens": float((drafted.to(codes.device) == codes).float().mean()),
         "from_pixels": float((vq.encode(resized) == codes).float().mean()),
     }
+
+
+# -- oracle MuLo-SD --------------------------------------------------------------------------------
+# The perfect drafter again, now with a perfect target: it accepts a draft token exactly when the
+# image's own code is the draft token (or, pooling, one of its k nearest codebook neighbours), so
+# what is left to measure is the geometry: how much of the grid a radius-l square around each
+# rejection re-opens, and how many sequential passes the re-opened set costs to resample.
+
+
+def count_waves(reopened: torch.Tensor, t0: int, labels: torch.Tensor, width: int, window: int | None) -> int:
+    """Sequential target passes that resample ``reopened`` (flat bool) after the verification pass,
+    which itself yields the token at ``t0``: raster (``window`` None) one per remaining token;
+    islands one per wave of ``ready_in_islands`` (window 0: raster order inside each island,
+    w > 0: ZipAR inside islands)."""
+    from mulo.methods.mulo import ready_in_islands
+
+    unresolved = reopened.clone()
+    unresolved[t0] = False
+    if window is None:
+        return int(unresolved.sum())
+    waves = 0
+    while bool(unresolved.any()):
+        unresolved[ready_in_islands(unresolved, labels, width, window)] = False
+        waves += 1
+    return waves
+
+
+def oracle_round(codes: torch.Tensor, drafted: torch.Tensor, radius: int, neighbours: torch.Tensor | None,
+                 windows: dict[str, int | None]) -> dict:  # fmt: skip
+    """One image, the whole grid as one block: ``codes``/``drafted [H, W]`` -> the share of
+    accepted drafts, the re-opened share and the resampling passes for each scheme of ``windows``
+    (name -> window, None = raster)."""
+    from mulo.grid import expand, islands
+
+    height, width = codes.shape
+    flat_codes, flat_draft = codes.reshape(-1), drafted.reshape(-1)
+    accepted = flat_codes == flat_draft
+    if neighbours is not None and neighbours.shape[1]:
+        accepted |= (neighbours[flat_draft] == flat_codes[:, None]).any(1)
+    rejected = ~accepted
+    out = {"accepted": float(accepted.float().mean()), "reopened": 0.0}
+    if not bool(rejected.any()):
+        return out | {name: 0 for name in windows}
+    t0 = int(rejected.nonzero()[0])
+    reopened = expand(rejected.view(height, width), radius, t0).reshape(-1)
+    labels = islands(reopened.view(height, width)).reshape(-1)
+    out["reopened"] = float(reopened.float().mean())
+    return out | {name: count_waves(reopened, t0, labels, width, w) for name, w in windows.items()}
+
+
+RESAMPLING_SCHEMES = {"raster": None, "islands": 0, "zipar_w4": 4, "zipar_w8": 8}
+
+
+@torch.no_grad()
+def oracle_mulo(vq: VQTokenizer, upsampler, images: torch.Tensor, low_images: torch.Tensor, r: int,
+                radius: int, neighbours: torch.Tensor | None = None, schemes=RESAMPLING_SCHEMES) -> dict:  # fmt: skip
+    """Oracle MuLo-SD over ``images [B, 3, h, w]`` (the target's pixels) with the perfect drafter's
+    ``low_images [B, 3, h/r, w/r]``: mean accepted and re-opened shares, and per resampling scheme
+    the sequential-pass speed-up bound = AR's passes / (drafter passes (one per low-res token,
+    drafted sequentially) + 1 verification + resampling passes), summed over the images. Every
+    pass counts as one target step: the bound before a drafter step's real cost."""
+    codes = vq.encode(images.to(vq.device)).cpu()
+    low = vq.encode(low_images.to(vq.device))
+    height, width = codes.shape[1:]
+    nothing_committed = torch.full((height, width), -1, dtype=torch.long, device=low.device)
+    rounds = []
+    for grid, target_codes in zip(low, codes, strict=True):
+        drafted = upsampler.upsample(grid, nothing_committed, (0, grid.shape[0])).cpu()
+        rounds.append(oracle_round(target_codes, drafted, radius, neighbours, schemes))
+    n, drafter_passes = len(rounds), (height // r) * (width // r)
+    fixed = drafter_passes + 1
+    return {
+        "accepted": sum(x["accepted"] for x in rounds) / n,
+        "reopened": sum(x["reopened"] for x in rounds) / n,
+        **{f"speedup_{s}": n * height * width / sum(fixed + x[s] for x in rounds) for s in schemes},
+    }

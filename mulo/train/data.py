@@ -4,6 +4,12 @@
 Training only: inference never needs npm or the data. ``load`` fetches the package with
 ``npm pack`` into a cache folder, checks its sha512 integrity, composites every RGBA image over
 white and caches the result as one ``.npz``.
+
+``load_scales`` is the same set drawn from the vector originals, ``@twemoji/svg@15.0.0`` (same
+licence), rendered over white at several sizes (128, 64 and 32 px: one image per scale of a
+multi-scale family) by resvg (``resvg-py``, the ``train`` extra). Names, short names and the
+validation split are emoji.json's, as for ``load``; the 126 images of Emoji 15.1/16 that
+Twemoji 15.0.0 lacks are left out (3,660 images).
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ log = logging.getLogger(__name__)
 PACKAGE = "emoji-datasource-twitter@16.0.0"
 TARBALL = "emoji-datasource-twitter-16.0.0.tgz"
 INTEGRITY = "sha512-7F+uCuHH+7Qnrc15P5tnbvKkg9E6tlzi4MnT2uW1RlN4pLYTza6cP/dstIfSDMtpjFLWuZewWg8jBbuL2eyELQ=="
+SVG_PACKAGE = "@twemoji/svg@15.0.0"
+SVG_TARBALL = "twemoji-svg-15.0.0.tgz"
+SVG_INTEGRITY = "sha512-ZSPef2B6nBaYnfgdTbAy4jgW95o7pi2xPGwGCU+WMTxo7J6B1lMPTWwSq/wTuiMq+N0khQ90CcvYp1wFoQpo/w=="
+SCALES = (128, 64, 32)  # px: the target's images and its r = 2 and r = 4 drafters'
 SKIN_TONES = {
     "1F3FB": "light skin tone",
     "1F3FC": "medium-light skin tone",
@@ -54,6 +64,8 @@ class EmojiData:
     short_prompts: list[list[str]] = field(default_factory=list)
     # emoji.json's short names (":pizza:" -> "pizza"), each with a variant's skin tones.
     short_names: list[list[str]] = field(default_factory=list)
+    # px -> [N, px, px, 3] uint8: the same images at other sizes (``load_scales``; empty otherwise)
+    scales: dict[int, np.ndarray] = field(default_factory=dict)
 
     def subset(self, mask: np.ndarray) -> EmojiData:
         idx = np.flatnonzero(mask)
@@ -66,6 +78,7 @@ class EmojiData:
             self.is_val[idx],
             pick(self.short_prompts),
             pick(self.short_names),
+            {px: images[idx] for px, images in self.scales.items()},
         )
 
     @property
@@ -114,23 +127,30 @@ def aliases(data: EmojiData) -> dict[str, str]:
     return {short: next(iter(targets)) for short, targets in sorted(found.items()) if len(targets) == 1}
 
 
-def fetch_package(cache: Path) -> Path:
+def fetch_package(cache: Path, package: str = PACKAGE, tarball_name: str = TARBALL, integrity: str = INTEGRITY) -> Path:
     """``npm pack`` the package into ``cache`` (once) and verify its integrity."""
     cache.mkdir(parents=True, exist_ok=True)
-    tarball = cache / TARBALL
+    tarball = cache / tarball_name
     if not tarball.exists():
-        log.info("fetching %s with npm pack", PACKAGE)
+        log.info("fetching %s with npm pack", package)
         try:
             subprocess.run(
-                ["npm", "pack", PACKAGE, "--silent"], cwd=cache, check=True, capture_output=True, timeout=600
+                ["npm", "pack", package, "--silent"], cwd=cache, check=True, capture_output=True, timeout=600
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            raise RuntimeError(f"could not fetch {PACKAGE} with npm pack: {exc}") from None
-    digest = "sha512-" + base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
-    if digest != INTEGRITY:
-        tarball.unlink()
-        raise RuntimeError(f"{TARBALL} failed its integrity check (got {digest[:24]}..., want {INTEGRITY[:24]}...)")
+            raise RuntimeError(f"could not fetch {package} with npm pack: {exc}") from None
+    check_integrity(tarball, integrity)
     return tarball
+
+
+def check_integrity(tarball: Path, integrity: str) -> None:
+    """npm's sha512 integrity string of ``tarball``, or the file is deleted and RuntimeError raised."""
+    digest = "sha512-" + base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
+    if digest != integrity:
+        tarball.unlink()
+        raise RuntimeError(
+            f"{tarball.name} failed its integrity check (got {digest[:24]}..., want {integrity[:24]}...)"
+        )
 
 
 def _over_white(png: bytes) -> np.ndarray:
@@ -139,32 +159,92 @@ def _over_white(png: bytes) -> np.ndarray:
     return np.asarray(Image.alpha_composite(canvas, rgba).convert("RGB"))
 
 
+def _emoji_json(tarball: Path) -> list[dict]:
+    with tarfile.open(tarball) as tar:
+        return json.load(tar.extractfile("package/emoji.json"))
+
+
+def _variants(entries: list[dict]):
+    """(image file name, entry, skin tones) of every emoji and skin-tone variant, in emoji.json's order."""
+    for entry in sorted(entries, key=lambda e: e["sort_order"]):
+        yield entry["image"], entry, []
+        for tones, var in (entry.get("skin_variations") or {}).items():
+            yield var["image"], entry, tones.split("-")
+
+
+def validation_split(n: int) -> np.ndarray:
+    """``[n]`` bool: the held-out images among the data set's ``n`` (fixed seed)."""
+    return np.random.default_rng(SPLIT_SEED).random(n) < VAL_FRACTION
+
+
+def _png_names(tarball: Path) -> set[str]:
+    with tarfile.open(tarball) as tar:
+        return {Path(n).name for n in tar.getnames() if n.startswith("package/img/twitter/64/") and n.endswith(".png")}
+
+
+def _assemble(found: list[tuple[np.ndarray, dict, list[str]]], is_val: np.ndarray) -> EmojiData:
+    """EmojiData of (image, entry, tones) triples and their validation flags."""
+    names, texts, keys, short_prompts, short_names = [], [], [], [], []
+    for _, entry, tones in found:
+        name, text, short = describe(entry, tones)
+        names.append(name)
+        texts.append(text)
+        keys.append(entry["unified"])
+        short_prompts.append(short)
+        short_names.append(short_names_of(entry, tones))
+    images = np.stack([image for image, _, _ in found])
+    return EmojiData(images, names, texts, keys, is_val, short_prompts, short_names)
+
+
 def build(tarball: Path) -> EmojiData:
     with tarfile.open(tarball) as tar:
-        entries = json.load(tar.extractfile("package/emoji.json"))
         pngs = {
             Path(m.name).name: tar.extractfile(m).read()
             for m in tar.getmembers()
             if m.name.startswith("package/img/twitter/64/") and m.name.endswith(".png")
         }
-    images, names, texts, keys, short_prompts, short_names = [], [], [], [], [], []
-    for entry in sorted(entries, key=lambda e: e["sort_order"]):
-        variants = [(entry["image"], [])]
-        for tones, var in (entry.get("skin_variations") or {}).items():
-            variants.append((var["image"], tones.split("-")))
-        for image, tones in variants:
-            if image not in pngs:
-                continue
-            name, text, short = describe(entry, tones)
-            images.append(_over_white(pngs[image]))
-            names.append(name)
-            texts.append(text)
-            keys.append(entry["unified"])
-            short_prompts.append(short)
-            short_names.append(short_names_of(entry, tones))
-    rng = np.random.default_rng(SPLIT_SEED)
-    is_val = rng.random(len(images)) < VAL_FRACTION
-    return EmojiData(np.stack(images), names, texts, keys, is_val, short_prompts, short_names)
+    found = [(_over_white(pngs[image]), entry, tones) for image, entry, tones in _variants(_emoji_json(tarball))
+             if image in pngs]  # fmt: skip
+    return _assemble(found, validation_split(len(found)))
+
+
+def svg_stem(image: str) -> str:
+    """emoji.json's image file name -> Twemoji's SVG file stem ("0023-fe0f-20e3.png" -> "23-20e3"):
+    code points without leading zeros, and without the variation selector FE0F in the stems that
+    Twemoji writes without it (the caller tries both)."""
+    return "-".join(part.lstrip("0") for part in Path(image).stem.split("-"))
+
+
+def render_svg(svg: bytes, size: int) -> np.ndarray:
+    """An SVG rendered over white at ``size`` x ``size`` px -> ``[size, size, 3]`` uint8."""
+    try:
+        import resvg_py
+    except ImportError:
+        raise RuntimeError('rendering the Twemoji SVGs needs resvg-py: pip install -e ".[train]"') from None
+    png = resvg_py.svg_to_bytes(svg_string=svg.decode("utf-8"), width=size, height=size, background="#ffffff")
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+def build_scales(datasource: Path, svg_tarball: Path, sizes=SCALES) -> EmojiData:
+    """The images of emoji.json that Twemoji's SVG package holds, rendered at every size in
+    ``sizes`` (the largest first is ``images``; all in ``scales``)."""
+    with tarfile.open(svg_tarball) as tar:
+        svgs = {Path(m.name).stem: tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".svg")}
+    # the split of ``load``'s images (every emoji.json image with a 64 px PNG), so an emoji held
+    # out there is held out here too
+    pngs = _png_names(datasource)
+    variants = [v for v in _variants(_emoji_json(datasource)) if v[0] in pngs]
+    found, held_out = [], []
+    for (image, entry, tones), is_val in zip(variants, validation_split(len(variants)), strict=True):
+        stem = svg_stem(image)
+        svg = svgs.get(stem) or svgs.get("-".join(p for p in stem.split("-") if p != "fe0f"))
+        if svg is not None:
+            found.append(({px: render_svg(svg, px) for px in sizes}, entry, tones))
+            held_out.append(is_val)
+    log.info("rendered %d Twemoji SVGs at %s px (%d images have no SVG)", len(found), sizes, len(variants) - len(found))
+    data = _assemble([(rendered[max(sizes)], entry, tones) for rendered, entry, tones in found], np.array(held_out))
+    data.scales = {px: np.stack([rendered[px] for rendered, _, _ in found]) for px in sizes}
+    return data
 
 
 def load(cache: str | Path) -> EmojiData:
@@ -192,3 +272,34 @@ def load(cache: str | Path) -> EmojiData:
         texts = (z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist())
         packed = (unpack_prompts(z["short_prompts"]), unpack_prompts(z["short_names"]))
         return EmojiData(z["images"], *texts, z["is_val"], *packed)
+
+
+def load_scales(cache: str | Path, sizes=SCALES) -> EmojiData:
+    """The SVG-rendered data set at every size in ``sizes``, from ``cache/twemoji-svg.npz`` if
+    built before with the same sizes, else from the two npm packages."""
+    cache = Path(cache)
+    npz = cache / "twemoji-svg.npz"
+    keys = [f"images_{px}" for px in sizes]
+    if npz.exists():
+        with np.load(npz) as z:
+            stale = not set(keys) <= set(z.files)
+        if stale:
+            npz.unlink()
+    if not npz.exists():
+        svg_tarball = fetch_package(cache, SVG_PACKAGE, SVG_TARBALL, SVG_INTEGRITY)
+        data = build_scales(fetch_package(cache), svg_tarball, sizes)
+        np.savez_compressed(
+            npz,
+            **{f"images_{px}": images for px, images in data.scales.items()},
+            names=np.array(data.names),
+            texts=np.array(data.texts),
+            keys=np.array(data.keys),
+            is_val=data.is_val,
+            short_prompts=pack_prompts(data.short_prompts),
+            short_names=pack_prompts(data.short_names),
+        )
+    with np.load(npz) as z:
+        scales = {px: z[f"images_{px}"] for px in sizes}
+        texts = (z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist())
+        packed = (unpack_prompts(z["short_prompts"]), unpack_prompts(z["short_names"]))
+        return EmojiData(scales[max(sizes)], *texts, z["is_val"], *packed, scales)
