@@ -20,7 +20,7 @@ def result(toy):
 def test_quick_table_has_every_label_and_the_contract_fields(result):
     assert list(result["methods"]) == bench.QUICK_LABELS
     for label, row in result["methods"].items():
-        assert {"speedup", "latency_s", "nfe", "acceptance", "fd", "adherence"} <= set(row), label
+        assert {"speedup", "nfe_speedup", "latency_s", "nfe", "acceptance", "fd", "adherence"} <= set(row), label
         assert set(row["nfe"]) == {"target", "drafter"}
     assert result["methods"]["ar"]["speedup"] == 1.0  # AR against itself, request by request
     assert result["methods"]["ar"]["nfe"] == {"target": 64.0, "drafter": 0.0}
@@ -28,6 +28,18 @@ def test_quick_table_has_every_label_and_the_contract_fields(result):
     for key in ("device", "dtype", "threads", "versions"):
         assert key in result
     assert result["verification_pass_s"] > 0
+
+
+def test_nfe_speedup_weights_drafter_passes_by_their_measured_step_cost(result):
+    rows, cost = result["methods"], result["step_cost"]
+    assert set(cost) == {"drafter_r2", "drafter_r4", "draft_model"} and all(c > 0 for c in cost.values())
+    ar_passes = rows["ar"]["nfe"]["target"]
+    assert rows["ar"]["nfe_speedup"] == 1.0
+    assert rows["zipar"]["nfe_speedup"] == pytest.approx(ar_passes / rows["zipar"]["nfe"]["target"])
+    for label, drafter in (("sd", "draft_model"), ("mulo-v2-r2", "drafter_r2"), ("mulo-v2-r4", "drafter_r4")):
+        nfe = rows[label]["nfe"]
+        assert rows[label]["nfe_speedup"] == pytest.approx(ar_passes / (nfe["target"] + nfe["drafter"] * cost[drafter]))
+    assert "| NFE speed-up |" in bench.markdown(result) and "drafter_r4" in bench.markdown(result)
 
 
 def test_ideal_bound_is_drafting_plus_one_pass(result):

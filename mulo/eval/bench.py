@@ -9,6 +9,11 @@ traces; quality is the family's own metrics (twemoji: FD and adherence in mini-C
 Ideal bound of a method: what it would cost if every draft were accepted, i.e. its drafting time
 plus one verification pass of the target over the whole grid (CFG batch). The table reports the
 speed-up that bound allows and the fraction of it the method reaches.
+
+NFE speed-up: AR's sequential passes / the method's, a drafter pass weighted by the measured cost
+of one drafter step relative to one target step (``step_costs``: one cached token each, CFG
+batch). It is what the speed-up would be if every pass cost what a single-token step costs, so it
+separates how many passes a method needs from how much a pass over many tokens costs here.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 
 from mulo.engine import Engine, versions
 from mulo.eval.quality import Quality
+from mulo.runner import ModelRunner
 
 # label -> (method, knobs on top of the family's defaults). v1 = raster resampling, sequential
 # drafting; v2 = island resampling and ZipAR-parallel drafting (the paper's two versions).
@@ -42,6 +48,51 @@ SPECS: dict[str, tuple[str, dict]] = {
 QUICK_LABELS = ["ar", "zipar", "sjd", "sd", "lantern", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
 FALLBACK_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "sun", "ghost", "banana"]
 DRAFT_PHASES = ("drafter", "upsample", "downsample")
+
+
+def drafter_of(label: str) -> str | None:
+    """Which of the family's drafting models ``label`` runs: "draft_model", "drafter_r<r>", or None."""
+    method, knobs = SPECS[label]
+    if method in ("sd", "lantern"):
+        return "draft_model"
+    if method == "mulo":
+        return f"drafter_r{knobs.get('r', 2)}"
+    return None
+
+
+@torch.no_grad()
+def step_costs(engine: Engine, prompt: str, steps: int = 16, repeats: int = 3) -> dict[str, float]:
+    """Median seconds of one cached single-token step of each drafting model / the target's
+    (the first ``steps`` positions of a sequence, CFG batch, best of ``repeats``)."""
+    fam = engine.family
+    cond = fam.condition(prompt, 0)
+    config = engine.make_config(None)
+    models = {"target": fam.target, **{f"drafter_r{r}": m for r, m in fam.drafters.items()}}
+    if fam.draft_model is not None:
+        models["draft_model"] = fam.draft_model
+
+    def seconds_per_step(model) -> float:
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first run warms the allocator up
+            runner = ModelRunner(model, cond, config.guidance, 1.0, 0, 1.0)
+            runner.prefill()
+            seq = torch.zeros(model.cfg.max_seq_len, dtype=torch.long)
+            count = min(steps, model.cfg.max_seq_len - 1)
+            start = time.perf_counter()
+            for u in range(1, count + 1):
+                runner.next_logits(seq, u)
+            if fam.device.type == "cuda":
+                torch.cuda.synchronize()
+            best = min(best, (time.perf_counter() - start) / count)
+        return best
+
+    times = {name: seconds_per_step(model) for name, model in models.items()}
+    return {name: t / times["target"] for name, t in times.items() if name != "target"}
+
+
+def nfe_speedup(row: dict, ar_row: dict, cost: float) -> float:
+    """AR's sequential passes / the method's: target passes + drafter passes x ``cost``."""
+    return ar_row["nfe"]["target"] / (row["nfe"]["target"] + row["nfe"]["drafter"] * cost)
 
 
 @dataclass
@@ -111,10 +162,14 @@ def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str],
         for label in labels[shift:] + labels[:shift]:
             records[label].append(measure(engine, label, prompt, seed=i))
     one_pass = verification_pass_seconds(engine, prompts[0][1])
+    costs = step_costs(engine, prompts[0][1])
     ar = records.get("ar")
     keys = [key for key, _ in prompts]
     rows = {label: summarise(recs, ar, one_pass, quality, keys, ideal=label != "ar") for label, recs in records.items()}
-    return rows, one_pass
+    for label, row in rows.items():
+        drafter = drafter_of(label)
+        row["nfe_speedup"] = nfe_speedup(row, rows["ar"], costs[drafter] if drafter else 0.0) if ar else None
+    return rows, one_pass, costs
 
 
 def summarise(recs: list[Request], ar: list[Request] | None, one_pass: float, quality, keys, ideal=True) -> dict:
@@ -165,15 +220,17 @@ def markdown(result: dict) -> str:
     head = (
         f"Family `{env['family']}` on {env['device']} ({env['dtype']}, {env['threads']} threads, batch 1), "
         f"{result['prompts']} prompts x 1 seed each, methods interleaved after warm-up; "
-        f"one full verification pass = {result['verification_pass_s'] * 1000:.1f} ms.\n\n"
+        f"one full verification pass = {result['verification_pass_s'] * 1000:.1f} ms; one drafter step "
+        f"costs {_costs(result.get('step_cost', {}))} of a target step.\n\n"
     )
-    cols = "| method | latency s (median) | speed-up | NFE target | NFE drafter | acceptance | re-opened | rounds "
-    cols += "| FD | adherence | ideal speed-up | of ideal |\n|" + "---|" * 12 + "\n"
+    cols = "| method | latency s (median) | speed-up | NFE speed-up | NFE target | NFE drafter | acceptance "
+    cols += "| re-opened | rounds | FD | adherence | ideal speed-up | of ideal |\n|" + "---|" * 13 + "\n"
     lines = []
     for label, row in result["methods"].items():
         cells = [
             f"{row['latency_s']:.3f}",
             _fmt(row["speedup"], "{:.2f}x"),
+            _fmt(row.get("nfe_speedup"), "{:.2f}x"),
             f"{row['nfe']['target']:.1f}",
             f"{row['nfe']['drafter']:.1f}",
             _fmt(row["acceptance"], "{:.3f}"),
@@ -187,6 +244,10 @@ def markdown(result: dict) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     skipped = "".join(f"\n- `{k}` not run: {v}" for k, v in result.get("skipped", {}).items())
     return head + cols + "\n".join(lines) + "\n" + skipped
+
+
+def _costs(costs: dict) -> str:
+    return ", ".join(f"{name} {ratio:.2f}" for name, ratio in costs.items()) or "(not measured)"
 
 
 def _fmt(value, pattern: str) -> str:
@@ -227,7 +288,7 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
     if "ar" not in labels:
         raise ValueError("the benchmark needs the ar baseline")
     start = time.perf_counter()
-    rows, one_pass = run_table(engine, prompts, labels, quality, warmup=1)
+    rows, one_pass, costs = run_table(engine, prompts, labels, quality, warmup=1)
     env = environment(engine)
     return {
         "methods": rows,
@@ -235,6 +296,7 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
         "prompts": len(prompts),
         "prompt_list": [p for _, p in prompts],
         "verification_pass_s": one_pass,
+        "step_cost": costs,  # one drafting-model step / one target step (single cached token)
         "wall_s": time.perf_counter() - start,
         "environment": env,
         **{k: env[k] for k in ("device", "dtype", "threads", "versions")},
