@@ -10,14 +10,14 @@ from __future__ import annotations
 import platform
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 import mulo
 from mulo import methods
-from mulo.config import ConfigError, GenerationConfig, key_of, validate, validate_prompt, validate_seed
+from mulo.config import ConfigError, GenerationConfig, knob_keys, validate, validate_prompt, validate_seed
 from mulo.methods.common import DecodeContext
 from mulo.models.vq import to_uint8
 from mulo.streams import Returning, drain
@@ -52,7 +52,7 @@ class Engine:
         """Dataclass defaults <- the family's recommended values <- the request's values."""
         if isinstance(config, GenerationConfig):
             return config
-        known = {key_of(f) for f in fields(GenerationConfig)}
+        known = set(knob_keys())
         values = {k: v for k, v in self.family.defaults.items() if k in known}
         values.update(config or {})
         return GenerationConfig.from_dict(values)

@@ -38,8 +38,8 @@ RUNS = [
 PROMPT = "red apple"
 
 
-def example_runs() -> list[tuple[str, str, str, int, dict, list[int]]]:
-    """(file name, family, method, seed, config, tokens) of each bundled example trace."""
+def example_runs() -> list[tuple[str, str, str, int, dict, list[int], str]]:
+    """(file name, family, method, seed, config, tokens, prompt) of each bundled example trace."""
     out = []
     for path in sorted(EXAMPLES.glob("*.json")):
         data = json.loads(path.read_text())

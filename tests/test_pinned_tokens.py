@@ -42,7 +42,10 @@ def test_tokens_forward_passes_and_rounds_are_unchanged(engines, index):
     assert got["tokens"] == pin["tokens"]
 
 
-@pytest.mark.parametrize("example", example_runs(), ids=lambda e: e[0] if isinstance(e, tuple) else str(e))
+EXAMPLES = example_runs()
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e[0] for e in EXAMPLES])
 def test_bundled_example_traces_regenerate_token_for_token(engines, example):
     name, family, method, seed, config, tokens, prompt = example
     result = engines[family].generate(prompt, method, seed, config)

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mulo import methods
 from mulo.engine import Engine, versions
 from mulo.eval.quality import Quality
 from mulo.runner import ModelRunner
@@ -50,13 +51,15 @@ FALLBACK_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza",
 DRAFT_PHASES = ("drafter", "upsample", "downsample")
 
 
-def drafter_of(label: str) -> str | None:
-    """Which of the family's drafting models ``label`` runs: "draft_model", "drafter_r<r>", or None."""
+def drafter_of(engine: Engine, label: str) -> str | None:
+    """Which of the family's drafting models ``label`` runs (the registry's needs): "draft_model",
+    "drafter_r<r>", or None."""
     method, knobs = SPECS[label]
-    if method in ("sd", "lantern"):
+    needs = methods.get(method).needs
+    if "draft_model" in needs:
         return "draft_model"
-    if method == "mulo":
-        return f"drafter_r{knobs.get('r', 2)}"
+    if "drafter" in needs:
+        return f"drafter_r{engine.make_config(knobs).r}"
     return None
 
 
@@ -167,7 +170,7 @@ def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str],
     keys = [key for key, _ in prompts]
     rows = {label: summarise(recs, ar, one_pass, quality, keys, ideal=label != "ar") for label, recs in records.items()}
     for label, row in rows.items():
-        drafter = drafter_of(label)
+        drafter = drafter_of(engine, label)
         row["nfe_speedup"] = nfe_speedup(row, rows["ar"], costs[drafter] if drafter else 0.0) if ar else None
     return rows, one_pass, costs
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mulo.grid import expand, islands
+from mulo.methods.mulo import ready_in_islands
 from mulo.models.vq import VQTokenizer
 
 
@@ -47,8 +49,6 @@ def count_waves(reopened: torch.Tensor, t0: int, labels: torch.Tensor, width: in
     which itself yields the token at ``t0``: raster (``window`` None) one per remaining token;
     islands one per wave of ``ready_in_islands`` (window 0: raster order inside each island,
     w > 0: ZipAR inside islands)."""
-    from mulo.methods.mulo import ready_in_islands
-
     unresolved = reopened.clone()
     unresolved[t0] = False
     if window is None:
@@ -65,8 +65,6 @@ def oracle_round(codes: torch.Tensor, drafted: torch.Tensor, radius: int, neighb
     """One image, the whole grid as one block: ``codes``/``drafted [H, W]`` -> the share of
     accepted drafts, the re-opened share and the resampling passes for each scheme of ``windows``
     (name -> window, None = raster)."""
-    from mulo.grid import expand, islands
-
     height, width = codes.shape
     flat_codes, flat_draft = codes.reshape(-1), drafted.reshape(-1)
     accepted = flat_codes == flat_draft

@@ -40,6 +40,14 @@ def _gpt(folder: Path, name: str) -> GPT:
     return model
 
 
+def load_vq(folder: Path) -> VQTokenizer:
+    """The tokenizer of ``vq.json`` / ``vq.safetensors`` in ``folder`` (the family's, or a run's export)."""
+    config, state = _load(folder, "vq")
+    model = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+    model.load_state_dict(state)
+    return VQTokenizer(model.eval())
+
+
 class PromptConditioner:
     """Prompt -> mini-CLIP per-word features.
 
@@ -88,9 +96,7 @@ def build(folder: str | Path = ASSETS) -> Family:
     config, state = _load(folder, "clip")
     clip = MiniCLIP(config["vocab"], max_len=config["max_len"])
     clip.load_state_dict(state)
-    config, state = _load(folder, "vq")
-    vq = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
-    vq.load_state_dict(state)
+    vq = load_vq(folder)
     upsamplers = {}
     for r in (2, 4):
         config, state = _load(folder, f"upsampler_r{r}")
@@ -102,7 +108,7 @@ def build(folder: str | Path = ASSETS) -> Family:
         "twemoji",
         _gpt(folder, "target"),
         {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
-        VQTokenizer(vq),
+        vq,
         PromptConditioner(clip.eval(), aliases),
         draft_model=_gpt(folder, "draft_model"),
         upsamplers=upsamplers,

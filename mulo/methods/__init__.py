@@ -24,15 +24,22 @@ def _needs_draft_model(family, config, method: str) -> None:
         raise ConfigError(f"method {method} needs a same-grid draft model, which family {family.name} lacks")
 
 
+def _needs_drafter(family, config, method: str) -> None:
+    if config.r not in family.drafters:
+        raise ConfigError(f"method {method} needs a drafter for r={config.r}, which family {family.name} lacks")
+
+
 def _needs_learned_upsampler(family, config, method: str) -> None:
     if config.upsampler == "learned" and config.r not in family.upsamplers:
         raise ConfigError(f"upsampler=learned has no model for r={config.r} in family {family.name}")
 
 
-# What a method may need beyond the target, checked before it runs (the drafter for r is checked
-# for every request by ``config.validate``: r must be one of the family's ratios).
+# What a method may need beyond the target, checked before it runs. (``config.validate`` also
+# refuses an r without a drafter for every request, so "drafter" names the model more than it
+# adds a check: the benchmark reads it to know whose steps a method's drafter passes are.)
 NEEDS: dict[str, Callable] = {
     "draft_model": _needs_draft_model,  # a small AR model on the target's own grid
+    "drafter": _needs_drafter,  # the low-resolution AR model of the request's r
     "learned_upsampler": _needs_learned_upsampler,  # when the request picks upsampler=learned
 }
 
@@ -123,6 +130,6 @@ register(
 register(
     Method(
         "mulo", "MuLo-SD", mulo_sd.generate, "MuLo-SD: low-res drafter, up-sampled drafts, local resampling",
-        knobs=MULO_KNOBS, needs=("learned_upsampler",), baseline=False,
+        knobs=MULO_KNOBS, needs=("drafter", "learned_upsampler"), baseline=False,
     )
 )  # fmt: skip

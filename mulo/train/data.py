@@ -159,9 +159,19 @@ def _over_white(png: bytes) -> np.ndarray:
     return np.asarray(Image.alpha_composite(canvas, rgba).convert("RGB"))
 
 
-def _emoji_json(tarball: Path) -> list[dict]:
+def _datasource(tarball: Path, read_pngs: bool) -> tuple[list[dict], dict[str, bytes | None]]:
+    """emoji.json's entries and the 64 px PNGs (file name -> bytes, or None when ``read_pngs`` is
+    off), in one pass over the 60 MB package."""
+    entries, pngs = None, {}
     with tarfile.open(tarball) as tar:
-        return json.load(tar.extractfile("package/emoji.json"))
+        for member in tar:
+            if member.name == "package/emoji.json":
+                entries = json.load(tar.extractfile(member))
+            elif member.name.startswith("package/img/twitter/64/") and member.name.endswith(".png"):
+                pngs[Path(member.name).name] = tar.extractfile(member).read() if read_pngs else None
+    if entries is None:
+        raise RuntimeError(f"{tarball.name} has no package/emoji.json")
+    return entries, pngs
 
 
 def _variants(entries: list[dict]):
@@ -175,11 +185,6 @@ def _variants(entries: list[dict]):
 def validation_split(n: int) -> np.ndarray:
     """``[n]`` bool: the held-out images among the data set's ``n`` (fixed seed)."""
     return np.random.default_rng(SPLIT_SEED).random(n) < VAL_FRACTION
-
-
-def _png_names(tarball: Path) -> set[str]:
-    with tarfile.open(tarball) as tar:
-        return {Path(n).name for n in tar.getnames() if n.startswith("package/img/twitter/64/") and n.endswith(".png")}
 
 
 def _assemble(found: list[tuple[np.ndarray, dict, list[str]]], is_val: np.ndarray) -> EmojiData:
@@ -197,21 +202,15 @@ def _assemble(found: list[tuple[np.ndarray, dict, list[str]]], is_val: np.ndarra
 
 
 def build(tarball: Path) -> EmojiData:
-    with tarfile.open(tarball) as tar:
-        pngs = {
-            Path(m.name).name: tar.extractfile(m).read()
-            for m in tar.getmembers()
-            if m.name.startswith("package/img/twitter/64/") and m.name.endswith(".png")
-        }
-    found = [(_over_white(pngs[image]), entry, tones) for image, entry, tones in _variants(_emoji_json(tarball))
-             if image in pngs]  # fmt: skip
+    entries, pngs = _datasource(tarball, read_pngs=True)
+    found = [(_over_white(pngs[image]), entry, tones) for image, entry, tones in _variants(entries) if image in pngs]
     return _assemble(found, validation_split(len(found)))
 
 
 def svg_stem(image: str) -> str:
-    """emoji.json's image file name -> Twemoji's SVG file stem ("0023-fe0f-20e3.png" -> "23-20e3"):
-    code points without leading zeros, and without the variation selector FE0F in the stems that
-    Twemoji writes without it (the caller tries both)."""
+    """emoji.json's image file name -> Twemoji's SVG file stem: code points without leading zeros
+    ("0023-fe0f-20e3.png" -> "23-fe0f-20e3"). Twemoji writes some stems without the variation
+    selector FE0F ("23-20e3"): ``build_scales`` tries both."""
     return "-".join(part.lstrip("0") for part in Path(image).stem.split("-"))
 
 
@@ -232,8 +231,8 @@ def build_scales(datasource: Path, svg_tarball: Path, sizes=SCALES) -> EmojiData
         svgs = {Path(m.name).stem: tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".svg")}
     # the split of ``load``'s images (every emoji.json image with a 64 px PNG), so an emoji held
     # out there is held out here too
-    pngs = _png_names(datasource)
-    variants = [v for v in _variants(_emoji_json(datasource)) if v[0] in pngs]
+    entries, pngs = _datasource(datasource, read_pngs=False)
+    variants = [v for v in _variants(entries) if v[0] in pngs]
     found, held_out = [], []
     for (image, entry, tones), is_val in zip(variants, validation_split(len(variants)), strict=True):
         stem = svg_stem(image)
@@ -247,20 +246,20 @@ def build_scales(datasource: Path, svg_tarball: Path, sizes=SCALES) -> EmojiData
     return data
 
 
-def load(cache: str | Path) -> EmojiData:
-    """The data set, from ``cache/twemoji.npz`` if built before, else from the npm package."""
-    cache = Path(cache)
-    npz = cache / "twemoji.npz"
+def _cached(npz: Path, image_names: list[str], make, images_of) -> tuple[dict[str, np.ndarray], EmojiData]:
+    """The data set cached in ``npz``: built by ``make()`` and saved first when the file is missing
+    or lacks a field (an older version wrote it). ``images_of(data)`` gives its image arrays by
+    name (``image_names``); they are returned beside the data, whose ``images`` the caller sets."""
     if npz.exists():
         with np.load(npz) as z:
-            stale = "short_names" not in z.files  # cached by an older version: rebuild from the package
+            stale = not {"short_names", *image_names} <= set(z.files)
         if stale:
             npz.unlink()
     if not npz.exists():
-        data = build(fetch_package(cache))
+        data = make()
         np.savez_compressed(
             npz,
-            images=data.images,
+            **images_of(data),
             names=np.array(data.names),
             texts=np.array(data.texts),
             keys=np.array(data.keys),
@@ -269,37 +268,35 @@ def load(cache: str | Path) -> EmojiData:
             short_names=pack_prompts(data.short_names),
         )
     with np.load(npz) as z:
+        images = {name: z[name] for name in image_names}
         texts = (z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist())
         packed = (unpack_prompts(z["short_prompts"]), unpack_prompts(z["short_names"]))
-        return EmojiData(z["images"], *texts, z["is_val"], *packed)
+        return images, EmojiData(None, *texts, z["is_val"], *packed)
+
+
+def load(cache: str | Path) -> EmojiData:
+    """The data set, from ``cache/twemoji.npz`` if built before, else from the npm package."""
+    cache = Path(cache)
+    images, data = _cached(
+        cache / "twemoji.npz", ["images"], lambda: build(fetch_package(cache)), lambda built: {"images": built.images}
+    )
+    data.images = images["images"]
+    return data
 
 
 def load_scales(cache: str | Path, sizes=SCALES) -> EmojiData:
     """The SVG-rendered data set at every size in ``sizes``, from ``cache/twemoji-svg.npz`` if
-    built before with the same sizes, else from the two npm packages."""
+    built before with these sizes, else from the two npm packages."""
     cache = Path(cache)
-    npz = cache / "twemoji-svg.npz"
-    keys = [f"images_{px}" for px in sizes]
-    if npz.exists():
-        with np.load(npz) as z:
-            stale = not set(keys) <= set(z.files)
-        if stale:
-            npz.unlink()
-    if not npz.exists():
+
+    def make() -> EmojiData:
         svg_tarball = fetch_package(cache, SVG_PACKAGE, SVG_TARBALL, SVG_INTEGRITY)
-        data = build_scales(fetch_package(cache), svg_tarball, sizes)
-        np.savez_compressed(
-            npz,
-            **{f"images_{px}": images for px, images in data.scales.items()},
-            names=np.array(data.names),
-            texts=np.array(data.texts),
-            keys=np.array(data.keys),
-            is_val=data.is_val,
-            short_prompts=pack_prompts(data.short_prompts),
-            short_names=pack_prompts(data.short_names),
-        )
-    with np.load(npz) as z:
-        scales = {px: z[f"images_{px}"] for px in sizes}
-        texts = (z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist())
-        packed = (unpack_prompts(z["short_prompts"]), unpack_prompts(z["short_names"]))
-        return EmojiData(scales[max(sizes)], *texts, z["is_val"], *packed, scales)
+        return build_scales(fetch_package(cache), svg_tarball, sizes)
+
+    names = [f"images_{px}" for px in sizes]
+    images, data = _cached(
+        cache / "twemoji-svg.npz", names, make, lambda built: {f"images_{px}": built.scales[px] for px in sizes}
+    )
+    data.scales = {px: images[f"images_{px}"] for px in sizes}
+    data.images = data.scales[max(sizes)]
+    return data

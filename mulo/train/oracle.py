@@ -10,28 +10,18 @@ per setting: what the design study of a VQ candidate reads.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
-from diffusers import VQModel
-from safetensors.torch import load_file
 
 from mulo.eval.ceilings import RESAMPLING_SCHEMES, oracle_mulo
+from mulo.families.twemoji import load_vq
 from mulo.models.upsample import PixelUpsampler
 from mulo.models.vq import VQTokenizer
 from mulo.sampling import NeighbourTable
 from mulo.train import data as data_mod
 
 DEFAULT_CACHE = Path.home() / ".cache" / "mulo" / "twemoji"
-
-
-def load_vq(folder: Path) -> VQTokenizer:
-    """The ``vq.json`` / ``vq.safetensors`` pair a family folder (or a run's export) holds."""
-    config = json.loads((folder / "vq.json").read_text())
-    model = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
-    model.load_state_dict({k: v.float() for k, v in load_file(folder / "vq.safetensors").items()})
-    return VQTokenizer(model.eval())
 
 
 def table(vq: VQTokenizer, data: data_mod.EmojiData, n_images: int, radii=range(4), ks=(0, 4)) -> list[dict]:
