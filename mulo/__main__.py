@@ -57,12 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
-    tr = sub.add_parser("train", help="train a model family (twemoji)")
-    tr.add_argument("family", choices=["twemoji"])
+    tr = sub.add_parser("train", help="train a model family (twemoji: 32x32 tokens, twemoji-64: 16x16)")
+    tr.add_argument("family", choices=["twemoji", "twemoji-64"])
     tr.add_argument("--smoke", action="store_true", help="a few steps of every stage on a few images")
     tr.add_argument("--device", default="cpu")
-    tr.add_argument("--run-dir", type=Path, default=Path("runs/twemoji"), help="checkpoints and the report")
-    tr.add_argument("--assets", type=Path, default=Path("assets/twemoji"), help="where export writes the family")
+    tr.add_argument("--run-dir", type=Path, help="checkpoints and the report (default runs/FAMILY)")
+    tr.add_argument("--assets", type=Path, help="where export writes the family (default assets/FAMILY)")
     tr.add_argument("--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji)")
     tr.add_argument("--stages", help="comma-separated subset of stages")
     be = sub.add_parser("bench", help="speed and quality of every method, side by side (the paper's table)")
@@ -225,6 +225,8 @@ def cmd_generate(args) -> int:
 def cmd_train(args) -> int:
     # Training runs for hours: check where it writes (and reads its cache) before starting.
     check_device(args.device)
+    args.run_dir = args.run_dir or Path("runs") / args.family
+    args.assets = args.assets or Path("assets") / args.family
     check_output_dir("--run-dir", args.run_dir)
     check_output_dir("--assets", args.assets)
     if args.cache:
@@ -234,7 +236,7 @@ def cmd_train(args) -> int:
 
     logging.getLogger("mulo").setLevel(logging.INFO)
     only = args.stages.split(",") if args.stages else None
-    report = twemoji.run(args.run_dir, args.assets, args.smoke, args.device, only, args.cache)
+    report = twemoji.run(args.family, args.run_dir, args.assets, args.smoke, args.device, only, args.cache)
     print(json.dumps(report, indent=1))
     return 0
 

@@ -106,3 +106,24 @@ def test_ar_dtok_cost_profile_runs_on_tiny_shapes():
     )
     assert [r["tokens"] for r in rows] == [16, 64]
     assert all(r["step_s"] > 0 and r["verify_s"] > 0 for r in rows)
+
+
+def test_goal_verdicts_need_both_speed_ups_ar_quality_and_the_papers_ordering():
+    ar = {"speedup": 1.0, "nfe_speedup": 1.0, "fd": 1.0, "adherence": 0.80}
+
+    def verdict(mulo: dict, **baselines) -> str:
+        rows = {"ar": ar, "mulo-v2-r2": {"fd": 1.05, "adherence": 0.79, **mulo}, **baselines}
+        (line,) = bench.goal_lines({"methods": rows})
+        return line
+
+    fast = {"speedup": 1.7, "nfe_speedup": 2.1}
+    assert verdict(fast).endswith("**met**")
+    assert verdict({"speedup": 1.5, "nfe_speedup": 2.1}).endswith("**NOT met**")  # wall clock short
+    assert verdict({"speedup": 1.7, "nfe_speedup": 1.9}).endswith("**NOT met**")  # NFE short
+    assert verdict({**fast, "adherence": 0.70}).endswith("**NOT met**")  # quality lost
+    # A faster baseline counts only at AR's quality: ZipAR at 2.0x and adherence 0.5 does not.
+    zipar_blurry = {"speedup": 2.0, "fd": 1.0, "adherence": 0.5}
+    line = verdict(fast, zipar=zipar_blurry, sd={"speedup": 1.2, "fd": 1.0, "adherence": 0.8})
+    assert line.endswith("**met**") and "ahead of sd" in line
+    line = verdict(fast, zipar={**zipar_blurry, "adherence": 0.79})
+    assert "not ahead of zipar" in line and line.endswith("**NOT met**")

@@ -117,21 +117,34 @@ def test_acceptance_by_detail_splits_flat_and_detailed_tokens():
     assert acceptance_by_detail(image, [nothing]) == (None, None)
 
 
-def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):
+@pytest.mark.parametrize("family, px", [("twemoji", 128), ("twemoji-64", 64)])
+def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine
-    from mulo.families import twemoji as family
+    from mulo.families import twemoji as family_mod
     from mulo.train import twemoji
 
-    report = twemoji.run(tmp_path / "run", tmp_path / "assets", smoke=True)
+    report = twemoji.run(family, tmp_path / "run", tmp_path / "assets", smoke=True)
     for stage in ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4"):
         assert report[stage]["stage_seconds"] >= 0
+    recipe = twemoji.RECIPES[family]
+    assert report["vq"]["codes"] in recipe.vq_codes
+    if len(recipe.vq_codes) > 1:  # the VQ study: every candidate with its oracle MuLo-SD table
+        study = report["vq_study"]["candidates"]
+        assert sorted(map(int, study)) == sorted(recipe.vq_codes)
+        rows = study[str(report["vq"]["codes"])]["oracle"]
+        settings = {(row["r"], row["k"], row["l"]) for row in rows}
+        assert settings == {(r, k, radius) for r in (2, 4) for k in (0, 4) for radius in range(4)}
+        assert all(0 <= row["accepted"] <= 1 and row["speedup_zipar_w8"] > 0 for row in rows)
+        assert report["vq"]["codes"] == twemoji.choose_codebook(study)
+    assert report["target"]["val_loss_zipar_w8"] > 0
     assets = tmp_path / "assets"
     sizes = {p.name: p.stat().st_size for p in assets.glob("*.safetensors")}
     assert len(sizes) == 8 and max(sizes.values()) < 10 * 2**20 and sum(sizes.values()) < 40 * 2**20
     card = (assets / "MODEL_CARD.md").read_text()
     assert "CC-BY 4.0" in card and "samples_ar.png" in card
     metrics = json.loads((assets / "metrics.json").read_text())
-    assert set(metrics["methods"]) == {"ar", "mulo-r2", "mulo-r4", "real images", "VQ reconstructions"}
+    assert set(metrics["methods"]) == {"ar", "zipar-w8", "mulo-r2", "mulo-r4", "real images", "VQ reconstructions"}
+    assert metrics["methods"]["zipar-w8"]["nfe_target"] < metrics["methods"]["ar"]["nfe_target"]
     assert metrics["methods"]["real images"]["fd"] == 0 and metrics["methods"]["VQ reconstructions"]["fd"] > 0
     assert {"acceptance_flat", "acceptance_detail"} <= set(metrics["methods"]["mulo-r2"])
     assert all(0 <= report["vq"][f"val_draft_agreement_r{r}"] <= 1 for r in (2, 4))
@@ -144,12 +157,13 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path):
     assert short["prompts"] >= 1 and 0 <= short["ar"] <= 1 and 0 <= short["mulo-r2"] <= 1
     assert "One-word prompts" in card
     # Resuming a finished run does nothing and keeps the report.
-    again = twemoji.run(tmp_path / "run", assets, smoke=True, only=["target"])
+    again = twemoji.run(family, tmp_path / "run", assets, smoke=True, only=["target"])
     assert again["target"] == report["target"]
-    fam = family.build(assets)
+    fam = family_mod.build(assets)
+    assert fam.grid == (px // 4, px // 4)
     prompt = json.loads((assets / "eval_prompts.json").read_text())[0]["prompt"]
     engine = Engine(fam)
     result = engine.generate(prompt + " zebraish", "mulo", 0, {"r": 4, "upsampler": "learned"})
-    assert result.image.shape == (64, 64, 3)
+    assert result.image.shape == (px, px, 3)
     assert result.trace.warnings == ["unknown words ignored: zebraish"]
     assert torch.equal(engine.generate(prompt, "ar", 1).tokens, engine.generate(prompt, "ar", 1).tokens)

@@ -29,6 +29,37 @@ def ready_rows(done: list[int], rows: range, width: int, window: int) -> list[in
     return ready
 
 
+def passes(height: int, width: int, window: int) -> torch.Tensor:
+    """``[height * width]``: the pass in which ZipAR with ``window`` samples each (raster-indexed)
+    token of a whole grid, 0 for the first."""
+    done, order, step = [0] * height, torch.empty(height * width, dtype=torch.long), 0
+    while min(done) < width:
+        for i in ready_rows(done, range(height), width, window):
+            order[i * width + done[i]] = step
+            done[i] += 1
+        step += 1
+    return order
+
+
+def training_mask(cond_len: int, height: int, width: int, window: int) -> torch.Tensor:
+    """The ``[S, S]`` attention mask of a teacher-forced pass (``GPT.forward``: ``cond_len``
+    condition slots, then the grid's tokens but the last) under which the query predicting token
+    ``u`` sees exactly the slots ZipAR with ``window`` has written when it samples ``u``: the
+    condition, and each earlier token's slot from the pass after that token was sampled (the row
+    above only up to ``window`` columns ahead), or, for a row's last token, from the pass that
+    started the next row (its proxy). A target trained on a share of such passes keeps its
+    quality when rows are decoded in parallel. The one difference left is a proxy's content:
+    the teacher-forced slot holds the true token."""
+    n = height * width
+    order = passes(height, width, window)
+    written_from = order[: n - 1] + 1
+    row_ends = torch.arange(width - 1, n - 1, width)
+    written_from[row_ends] = torch.minimum(written_from[row_ends], order[row_ends + 1])
+    mask = torch.ones(cond_len + n - 1, cond_len + n - 1, dtype=torch.bool).tril()
+    mask[cond_len - 1 :, cond_len:] = (written_from[None, :] <= order[:, None]).tril(-1)
+    return mask
+
+
 def proxy_inputs(seq: torch.Tensor, inputs: torch.Tensor, final: torch.Tensor, width: int) -> torch.Tensor:
     """The tokens fed at ``inputs`` (flat positions): ``seq`` there where it is ``final``, else
     ZipAR's proxy, the latest final token of the same row. This happens at the last slot of a row

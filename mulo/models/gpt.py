@@ -254,8 +254,9 @@ class GPT(nn.Module):
             h = layer(h, i, slots, mask, cache)
         return self.output(self.norm(h)).float()
 
-    def forward(self, tokens: torch.Tensor | None, cond: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced pass over [cond, tokens] with a causal mask (no cache).
+    def forward(self, tokens: torch.Tensor | None, cond: torch.Tensor, mask: torch.Tensor | None = None):
+        """Teacher-forced pass over [cond, tokens] (no cache), causal unless ``mask [S, S]`` (over
+        the pass's slots) says otherwise.
 
         Returns the logits from the last condition slot on: row ``i`` predicts image token ``i``
         given the condition and ``tokens[:, :i]`` (``tokens.shape[1] + 1`` rows).
@@ -265,7 +266,7 @@ class GPT(nn.Module):
         if tokens is not None and tokens.shape[1]:
             x = torch.cat([x, self.embed_tokens(tokens)], dim=1)
         slots = torch.arange(x.shape[1], device=x.device)
-        return self.forward_embeddings(x, slots)[:, n_cond - 1 :]
+        return self.forward_embeddings(x, slots, mask)[:, n_cond - 1 :]
 
 
 def init_random_(model: nn.Module, seed: int, std: float = 0.02) -> nn.Module:

@@ -75,6 +75,9 @@ class TextEncoder(nn.Module):
         return h, F.normalize(self.project(pooled), dim=-1)
 
 
+IMAGE_PX = 64  # the mini-CLIP's image size; larger images (the 128 px family's) are area-resized to it
+
+
 class ImageEncoder(nn.Module):
     """64 px (or any multiple of 16) RGB in [0, 1] -> normalised embedding."""
 
@@ -90,6 +93,8 @@ class ImageEncoder(nn.Module):
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled pre-projection features ``[B, 2*width]`` (the FD metric's space)."""
+        if images.shape[-1] > IMAGE_PX:
+            images = F.interpolate(images, size=(IMAGE_PX, IMAGE_PX), mode="area")
         return self.net(images * 2 - 1).mean((2, 3))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

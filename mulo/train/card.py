@@ -73,6 +73,7 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
     results = {}
     methods = {
         "ar": ("ar", {}),
+        "zipar-w8": ("zipar", {"zipar_window": 8}),  # the parallel-decoding gate: quality as AR's?
         "mulo-r2": ("mulo", {"r": 2}),
         "mulo-r4": ("mulo", {"r": 4}),
     }
@@ -123,9 +124,10 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
     for i, prompt in enumerate(sample_prompts):
         grid_images.append(engine.generate(prompt, "ar", seed + i).image)
         captions.append(prompt)
-    samples_grid(grid_images, captions).save(out / "samples_ar.png")
+    scale = max(1, 128 // grid_images[0].shape[0])  # 128 px cells
+    samples_grid(grid_images, captions, scale=scale).save(out / "samples_ar.png")
     grid_images = [engine.generate(p, "mulo", seed + i).image for i, p in enumerate(sample_prompts)]
-    samples_grid(grid_images, sample_prompts).save(out / "samples_mulo.png")
+    samples_grid(grid_images, sample_prompts, scale=scale).save(out / "samples_mulo.png")
     (out / "eval_prompts.json").write_text(json.dumps([{"key": k, "prompt": n} for k, n in prompts], indent=0))
     # What the quality metrics need at inference, without the data set: the real images' features
     # of the prompted emoji and the retrieval texts (benchmark, app).
@@ -213,9 +215,51 @@ def _teacher_forcing(budget: dict) -> str:
     )
 
 
+def vq_study_section(study: dict, chosen: int, rule: str) -> str:
+    """The VQ design study as Markdown: per candidate codebook, its reconstruction and its oracle
+    MuLo-SD table (``mulo.eval.ceilings``), then the rule and the pick."""
+    sizes = sorted({int(k.split("_")[-1][:-2]) for entry in study.values() for k in entry if k.startswith("val_psnr_")})
+    head = "| codes | " + " | ".join(f"PSNR {px} px" for px in sizes) + " | codes used | train s |"
+    lines = ["## VQ design study", "", rule, "", head, "|---" * (3 + len(sizes)) + "|"]
+    for codes, entry in sorted(study.items(), key=lambda kv: int(kv[0])):
+        psnr = " | ".join(f"{entry[f'val_psnr_{px}px']:.2f} dB" for px in sizes)
+        lines.append(f"| {codes} | {psnr} | {entry[f'codes_used_{sizes[-1]}px']} | {_fmt(entry.get('seconds'))} |")
+    schemes = [k[len("speedup_") :] for k in next(iter(study.values()))["oracle"][0] if k.startswith("speedup_")]
+    lines += [
+        "",
+        "Oracle MuLo-SD per candidate (perfect drafter: the validation emoji's own renders at px / r, pixel",
+        "up-sampler, exact-match acceptance; bound = sequential-pass speed-up counting every pass as a",
+        "target step):",
+        "",
+        "| codes | r | k | l | accepted | re-opened | " + " | ".join(f"bound {s}" for s in schemes) + " |",
+        "|---" * (6 + len(schemes)) + "|",
+    ]
+    for codes, entry in sorted(study.items(), key=lambda kv: int(kv[0])):
+        for row in entry["oracle"]:
+            bounds = " | ".join(f"{row[f'speedup_{s}']:.2f}x" for s in schemes)
+            lines.append(
+                f"| {codes} | {row['r']} | {row['k']} | {row['l']} | {row['accepted']:.3f} | {row['reopened']:.3f} "
+                f"| {bounds} |"
+            )
+    lines += ["", f"Picked: **{chosen} codes**.", ""]
+    return "\n".join(lines)
+
+
+def _parallel_decoding(budget: dict) -> str:
+    if not budget.get("zipar_share"):
+        return ""
+    windows = ", ".join(map(str, budget["zipar_windows"]))
+    return (
+        f"\n  The target is trained for parallel decoding: in {budget['zipar_share']:.0%} of its steps the attention "
+        f"mask\n  hides from each token what ZipAR (window {windows}, one per step) has not produced when it "
+        "samples\n  that token (`mulo.methods.zipar.training_mask`), so one model serves raster AR, ZipAR and "
+        "ZipAR\n  inside MuLo-SD's islands."
+    )
+
+
 # How the recipe and defaults.json were chosen: fixed text at the end of every card, so a retrain keeps
 # the story that the code's comments only point to.
-HISTORY = """## History
+HISTORY_64 = """## History
 
 How the recipe and the recommended settings in `defaults.json` were chosen: each entry names the
 setting, why it is so, and what was measured on the weights it names (v1 and v2: 512 codes; v3: 32
@@ -256,13 +300,54 @@ codes, run `twemoji-v11`). The metrics above are always those of the weights thi
 """
 
 
-def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, sizes: dict, recipe: dict) -> str:
-    """MODEL_CARD.md from the training report and the evaluation; every number is measured, but
-    those of the fixed ``HISTORY`` section (the design study behind the recipe) come from earlier runs.
+# The 32x32-token family's story (the VQ study above it is generated from the run's report).
+HISTORY_128 = """## History
 
-    ``recipe`` holds the architecture settings the text describes (codebook size, model widths...).
+Why this family exists and how its recipe was chosen; the numbers name the weights they were
+measured on.
+
+- **32x32 tokens, not 16x16.** On `twemoji-64` (64 px, 16x16 tokens) MuLo-SD was slower than AR:
+  a 16x16 grid of 4 px tokens is too coarse for a low-res draft to name the high-res codes. With
+  that family's 32-code VQ and a perfect drafter on 96 validation emoji, exact-match agreement at
+  r = 2 was 0.50 at 64 px and 0.65 at 128 px; the sequential-pass bound at l = 1 grew to 2.0x
+  (ZipAR window 8 inside the islands) at 128 px, 3.1x at r = 4.
+- **A target trained for parallel decoding.** Measured first on `twemoji-64`'s target, trained
+  plain: on 194 training emoji its teacher-forced loss is 0.261 nats per token with the causal
+  mask and 0.272 / 0.306 / 0.417 when ZipAR's window 8 / 4 / 2 hides the row above; small per
+  token, but summed over an image it takes generation off the memorised emoji (that family's
+  benchmark: ZipAR with window 4 at adherence 0.17, AR 0.42). So half of this target's steps train under ZipAR's
+  mask (`zipar_share`); the report's `val_loss_zipar_w4` / `_w8` give the gap it is left with.
+"""
+PNG_DATA = """Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
+{images:,} images including skin-tone variants, composited over white; names, short names and
+(sub)categories from `emoji.json`)."""
+SVG_DATA = """Twemoji graphics from the npm package `@twemoji/svg@15.0.0` (integrity-checked), rendered over
+white at {sizes} px by resvg (`resvg-py`, a training-only extra), {images:,} images including
+skin-tone variants (the emoji of Unicode 15.1 and 16 have no SVG there); names, short names,
+(sub)categories and the validation split from `emoji-datasource-twitter@16.0.0`'s `emoji.json`."""
+
+
+def write_model_card(
+    assets: Path, report: dict, metrics: dict, budget: dict, sizes: dict, recipe: dict, geometry: dict
+) -> str:
+    """MODEL_CARD.md from the training report and the evaluation; every number is measured, but
+    those of the fixed history section (``geometry["history"]``: the design study behind the
+    recipe) come from earlier runs.
+
+    ``recipe`` holds the architecture settings the text describes (codebook size, model widths...);
+    ``geometry`` the family's name, image size ``px``, ``svg`` (data source) and ``history``.
     """
     vq, target, small, mix = recipe["vq"], recipe["target"], recipe["draft_model"], budget["ar_text_mix"]
+    family, px = geometry["family"], geometry["px"]
+    side = px // 4
+    grid = {f: f"{side // f}x{side // f}" for f in (1, 2, 4)}  # target, r = 2, r = 4 token grids
+    n_images = report.get("data", {}).get("images", 0)
+    sizes_text = ", ".join(str(px // f) for f in (1, 2, 4))
+    data_text = (SVG_DATA if geometry["svg"] else PNG_DATA).format(images=n_images, sizes=sizes_text)
+    history = geometry["history"]
+    if "vq_study" in report:
+        study = report["vq_study"]["candidates"]
+        history = vq_study_section(study, report["vq"]["codes"], geometry["study_rule"]) + "\n" + history
 
     def seconds(entry: dict):  # a resumed stage: its training loop counts every session's time
         return max(entry.get("stage_seconds", 0), entry.get("seconds", 0)) or None
@@ -272,8 +357,9 @@ def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, si
         + ", ".join(f"{k} {_fmt(v)}" for k, v in entry.items() if k not in ("stage_seconds", "hardware", "seconds"))
         + " |"
         for name, entry in report.items()
+        if name != "vq_study"  # its own section; its time is the vq stage's
     )
-    total = sum(seconds(entry) or 0 for entry in report.values())
+    total = sum(seconds(entry) or 0 for name, entry in report.items() if name != "vq_study")
     m = metrics["methods"]
     metric_rows = "\n".join(
         f"| {label} | {_fmt(e['fd'])} | {_fmt(e['adherence'])} | {_fmt(e['nfe_target'])} | {_fmt(e['nfe_drafter'])} | "
@@ -299,16 +385,14 @@ def write_model_card(assets: Path, report: dict, metrics: dict, budget: dict, si
         if "ar" in short
         else ""
     )
-    card = f"""# twemoji: a multi-scale AR image model family for MuLo-SD
+    card = f"""# {family}: a multi-scale AR image model family for MuLo-SD
 
-Trained by `python -m mulo train twemoji` on 2 CPU cores; the default family of `mulo`. Its images
-are 64x64 emoji; every model runs on a CPU in seconds and loads with no network access.
+Trained by `python -m mulo train {family}` (hardware per stage below). Its images are {px}x{px} emoji,
+{side}x{side} target tokens; every model runs on a CPU and loads with no network access.
 
 ## Data and license
 
-Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
-3,786 images including skin-tone variants, composited over white; names, short names and
-(sub)categories from `emoji.json`). The graphics are licensed **CC-BY 4.0** by Twitter, Inc. and
+{data_text} The graphics are licensed **CC-BY 4.0** by Twitter, Inc. and
 other contributors (https://github.com/twitter/twemoji); these weights are derived from them and
 carry the same attribution. A fixed-seed 5 % validation split is held out.
 
@@ -326,16 +410,16 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   {recipe["name_text_prob"]}, else its full description. Unknown prompt words are reported; a prompt with no
   known word is an error.
 - **VQ tokenizer** (`vq`): `diffusers.VQModel`, channels {tuple(vq["block_out_channels"])}, 4x downsampling,
-  {vq["num_vq_embeddings"]} codes of dimension {vq["vq_embed_dim"]}, one codebook for 64 px (16x16 tokens),
-  32 px (8x8) and 16 px (4x4); MSE + 0.5 L1 + commitment loss, 64 px seen as random 32 px crops, dead
-  codes restarted from encoder outputs.
-- **AR models** (`target` 16x16, `drafter_r2` 8x8, `drafter_r4` 4x4): the engine's GPT (width
+  {vq["num_vq_embeddings"]} codes of dimension {vq["vq_embed_dim"]}, one codebook for {px} px ({grid[1]} tokens),
+  {px // 2} px ({grid[2]}) and {px // 4} px ({grid[4]}); MSE + 0.5 L1 + commitment loss, images larger
+  than 32 px seen as random 32 px crops, dead codes restarted from encoder outputs.
+- **AR models** (`target` {grid[1]}, `drafter_r2` {grid[2]}, `drafter_r4` {grid[4]}): the engine's GPT (width
   {target["dim"]}, {target["n_layer"]} layers, {target["n_head"]} heads; drafters of the same size as the target),
   conditioned on the text features, {recipe["cfg_dropout"]:.0%} condition dropout for classifier-free
   guidance, text augmentation ({_text_mix(mix)}), {_teacher_forcing(budget)}.
   Batches draw every emoji equally often, its skin-tone variants sharing its weight; bf16 autocast
-  where the hardware supports it.
-- **Same-grid draft model** (`draft_model`, 16x16, width {small["dim"]}, {small["n_layer"]} layers) for
+  where the hardware supports it.{_parallel_decoding(budget)}
+- **Same-grid draft model** (`draft_model`, {grid[1]}, width {small["dim"]}, {small["n_layer"]} layers) for
   the token-level baselines `sd` and `lantern`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle
   (width 128, 3 blocks), token cross-entropy on images encoded at both resolutions.
@@ -359,7 +443,7 @@ Over {metrics["prompts"]} fixed prompts (`eval_prompts.json`: one per base emoji
 excluded; seed i for prompt i), with the family's default settings (`{json.dumps(metrics["config"])}`).
 FD: Frechet distance between mini-CLIP image features of the generated images and of the real
 images of the same emoji (lower is better). Adherence: fraction of generated images whose top-5
-retrieved texts (among the names of all 3,786 images) include the prompted emoji. NFE: forward
+retrieved texts (among the names of all {n_images:,} images) include the prompted emoji. NFE: forward
 passes per image. Acceptance: share of draft tokens accepted, overall and over flat / detailed
 tokens of the final image (pixel standard deviation under / over 0.02, `acceptance_by_detail`).
 Time: wall seconds per image on the hardware of the card stage.
@@ -386,6 +470,6 @@ MuLo-SD (r = 2, same prompts and seeds):
 
 ![MuLo-SD samples](samples_mulo.png)
 
-{HISTORY}"""
+{history}"""
     (assets / "MODEL_CARD.md").write_text(card)
     return card

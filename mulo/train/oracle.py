@@ -24,18 +24,20 @@ from mulo.train import data as data_mod
 DEFAULT_CACHE = Path.home() / ".cache" / "mulo" / "twemoji"
 
 
-def table(vq: VQTokenizer, data: data_mod.EmojiData, n_images: int, radii=range(4), ks=(0, 4)) -> list[dict]:
-    def pixels(px: int) -> torch.Tensor:
-        return torch.from_numpy(data.scales[px][:n_images]).permute(0, 3, 1, 2).float() / 255
+def table(vq: VQTokenizer, data: data_mod.EmojiData, n_images: int, px=128, radii=range(4), ks=(0, 4)) -> list[dict]:
+    """The rows for the first ``n_images`` of ``data`` (rendered at ``px``, ``px/2`` and ``px/4``)."""
+
+    def pixels(size: int) -> torch.Tensor:
+        return torch.from_numpy(data.scales[size][:n_images]).permute(0, 3, 1, 2).float() / 255
 
     neighbours = NeighbourTable(vq.codebook)
     rows = []
     for r in (2, 4):
-        upsampler, low = PixelUpsampler(vq, r), pixels(128 // r)
+        upsampler, low = PixelUpsampler(vq, r), pixels(px // r)
         for k in ks:
             for radius in radii:
                 pooled = neighbours.table(k).cpu() if k else None
-                result = oracle_mulo(vq, upsampler, pixels(128), low, r, radius, pooled, RESAMPLING_SCHEMES)
+                result = oracle_mulo(vq, upsampler, pixels(px), low, r, radius, pooled, RESAMPLING_SCHEMES)
                 rows.append({"r": r, "k": k, "l": radius, **result})
     return rows
 

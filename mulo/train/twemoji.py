@@ -1,11 +1,15 @@
-"""Training the twemoji family: ``python -m mulo train twemoji [--smoke] [--device cuda]``.
+"""Training the twemoji families: ``python -m mulo train twemoji|twemoji-64 [--smoke] [--device cuda]``.
 
-Stages, each resumable and skipped once its output exists in the run folder:
-  data       npm package -> images + texts (train / val split)
-  clip       mini-CLIP (text transformer + image CNN), contrastive
-  vq         diffusers VQModel, 4x downsampling, one codebook for 64 / 32 / 16 px
-  tokens     every image encoded at the three resolutions; text conditions precomputed
-  target, drafter_r2, drafter_r4, draft_model   AR models on 16x16, 8x8, 4x4, 16x16 (small)
+Two geometries, one recipe each (``RECIPES``): ``twemoji`` is Tar's 512 px setting scaled down,
+a 32x32-token target on 128 px renders of the Twemoji SVGs with 16x16 (r = 2) and 8x8 (r = 4)
+drafters; ``twemoji-64`` is the first family, 16x16 tokens on the 64 px PNGs. Stages, each
+resumable and skipped once its output exists in the run folder:
+  data       npm package(s) -> images (at the three sizes) + texts (train / val split)
+  clip       mini-CLIP (text transformer + image CNN on 64 px), contrastive
+  vq         diffusers VQModel, 4x downsampling, one codebook for the three sizes; with several
+             candidate codebook sizes, each is trained and the oracle MuLo-SD picks one
+  tokens     every image encoded at the three sizes; text conditions precomputed
+  target, drafter_r2, drafter_r4, draft_model   AR models on the target grid, /2, /4, target grid (small)
   upsampler_r2, upsampler_r4                      learned token up-samplers
   export     fp16 safetensors + JSON configs into the assets folder
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -24,8 +29,9 @@ import torch.nn.functional as F
 from diffusers import VQModel
 
 from mulo.engine import Engine
+from mulo.methods.zipar import training_mask
 from mulo.models.gpt import GPT, GPTConfig
-from mulo.models.text import MiniCLIP, WordTokenizer
+from mulo.models.text import IMAGE_PX, MiniCLIP, WordTokenizer
 from mulo.models.upsample import TokenUpsampler
 from mulo.train import data as data_mod
 from mulo.train.loop import train
@@ -33,6 +39,7 @@ from mulo.train.loop import train
 log = logging.getLogger(__name__)
 
 COND_LEN = 16
+
 VQ_CONFIG = dict(
     block_out_channels=(32, 64, 64),
     down_block_types=("DownEncoderBlock2D",) * 3,
@@ -49,7 +56,6 @@ VQ_CONFIG = dict(
 )
 TARGET = dict(dim=256, n_layer=4, n_head=4, multiple_of=64)
 DRAFT_MODEL = dict(dim=96, n_layer=2, n_head=2, multiple_of=32)  # about 1/8 of the target
-GRIDS = {"target": 16, "drafter_r2": 8, "drafter_r4": 4, "draft_model": 16}
 # Recommended knob values written to defaults.json, chosen on the trained family; the design study
 # behind each value is in MODEL_CARD.md, History.
 # No guidance: these models memorise their ~1,900 emoji, and CFG pushes them off the images they know.
@@ -71,9 +77,10 @@ class Budget:
     clip_batch: int = 128
     vq_steps: int = 1200
     vq_batch: int = 16
-    ar_steps: int = 3600  # the 16x16 target
+    ar_steps: int = 3600  # the target
     drafter_steps: int = 2000  # each low-res drafter
     ar_batch: int = 32
+    target_batch: int | None = None  # the target's batch when not ar_batch
     draft_model_steps: int = 1700
     upsampler_steps: int = 800
     upsampler_batch: int = 64
@@ -90,6 +97,12 @@ class Budget:
     # is what lets them, and the noise undid the target's memorisation (MODEL_CARD.md, History).
     input_noise: float = 0.0
     input_noise_from: float = 0.625
+    # Parallel-decoding tolerance: the share of target training steps whose attention mask hides,
+    # from each token, what ZipAR with a random window has not produced yet (``zipar_mask``), so
+    # one target serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands.
+    zipar_share: float = 0.0
+    zipar_windows: tuple[int, ...] = (2, 4, 8, 16)
+    oracle_images: int = 96  # validation emoji in the VQ study's oracle MuLo-SD
 
 
 FULL = Budget()
@@ -111,12 +124,9 @@ SMOKE = Budget(
     input_noise_from=0.0,
     ar_text_mix={"name": 0.5, "short": 0.2, "description": 0.3},  # every kind of text on the smoke run
 )
-
-
-def gpt_config(stage: str, vocab: int, cond_dim: int) -> GPTConfig:
-    side = GRIDS[stage]
-    sizes = DRAFT_MODEL if stage == "draft_model" else TARGET
-    return GPTConfig(vocab_size=vocab, max_seq_len=side * side, cond_len=COND_LEN + 1, cond_dim=cond_dim, **sizes)
+# The 32x32 target: 4x the tokens of a 16x16 sequence (4.6K tokens/s on 2 cores against 8.6K),
+# so half the batch and more steps; half its steps hide what ZipAR has not produced yet.
+FULL_128 = replace(FULL, ar_steps=4000, target_batch=16, zipar_share=0.5)
 
 
 def to_float(images: np.ndarray) -> torch.Tensor:
@@ -127,13 +137,69 @@ def resize(images: torch.Tensor, size: int) -> torch.Tensor:
     return images if images.shape[-1] == size else F.interpolate(images, size=(size, size), mode="area")
 
 
-def build_vq() -> VQModel:
-    return VQModel(**VQ_CONFIG)
+def vq_config(codes: int) -> dict:
+    return {**VQ_CONFIG, "num_vq_embeddings": codes}
+
+
+def build_vq(codes: int) -> VQModel:
+    return VQModel(**vq_config(codes))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One family's geometry and training plan."""
+
+    family: str
+    px: int  # the target's image size; the r = 2 and r = 4 drafters see px/2 and px/4
+    svg: bool  # images rendered from the Twemoji SVGs at each size (else the 64 px PNGs, resized)
+    vq_codes: tuple[int, ...]  # codebook sizes trained; with several, the oracle MuLo-SD picks one
+    budget: Budget
+    smoke: Budget
+    defaults: dict
+    target: dict = field(default_factory=lambda: dict(TARGET))
+    draft_model: dict = field(default_factory=lambda: dict(DRAFT_MODEL))
+
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        return (self.px, self.px // 2, self.px // 4)
+
+    def grid(self, stage: str) -> int:
+        """Side of ``stage``'s token grid."""
+        side = self.px // 4
+        return {"target": side, "drafter_r2": side // 2, "drafter_r4": side // 4, "draft_model": side}[stage]
+
+    def gpt_config(self, stage: str, vocab: int, cond_dim: int) -> GPTConfig:
+        side = self.grid(stage)
+        sizes = self.draft_model if stage == "draft_model" else self.target
+        return GPTConfig(vocab_size=vocab, max_seq_len=side * side, cond_len=COND_LEN + 1, cond_dim=cond_dim, **sizes)
+
+
+# The VQ study's rule: the codebook whose perfect drafter leaves MuLo-SD the most room, the
+# sequential-pass bound at the paper's r = 2 setting (radius 1, no pooling, ZipAR with window 8
+# inside the islands), among the codebooks that reconstruct the target's images within
+# PSNR_SLACK dB of the best candidate (a smaller codebook is always easier to draft, and at
+# some size no longer draws the emoji).
+STUDY_SETTING = {"r": 2, "k": 0, "l": 1}
+STUDY_BOUND = "speedup_zipar_w8"
+PSNR_SLACK = 1.5
+
+
+def choose_codebook(study: dict[str, dict]) -> int:
+    """The codebook size (``study``: size -> its VQ's report with ``oracle`` rows) by the rule above."""
+    psnr = {codes: next(v for k, v in entry.items() if k.startswith("val_psnr_")) for codes, entry in study.items()}
+    good = [codes for codes, value in psnr.items() if value >= max(psnr.values()) - PSNR_SLACK]
+
+    def bound(codes: str) -> float:
+        rows = study[codes]["oracle"]
+        return next(row[STUDY_BOUND] for row in rows if all(row[k] == v for k, v in STUDY_SETTING.items()))
+
+    return int(max(good, key=bound))
 
 
 class Pipeline:
-    def __init__(self, run_dir: Path, assets: Path, budget: Budget, device: str = "cpu", seed: int = 0, cache=None):
-        self.run, self.assets, self.budget, self.device = Path(run_dir), Path(assets), budget, device
+    def __init__(self, run_dir, assets, recipe: Recipe, budget: Budget, device: str = "cpu", seed: int = 0, cache=None):
+        self.run, self.assets, self.recipe, self.budget = Path(run_dir), Path(assets), recipe, budget
+        self.device = device
         self.cache = Path(cache) if cache else Path.home() / ".cache" / "mulo" / "twemoji"
         self.run.mkdir(parents=True, exist_ok=True)
         self.seed = seed
@@ -150,9 +216,14 @@ class Pipeline:
         return np.random.default_rng([self.seed, sum(map(ord, stage))])
 
     @property
+    def codes(self) -> int:
+        """The codebook size of the run's VQ (the study's pick when there were candidates)."""
+        return int(self.report["vq"]["codes"]) if "codes" in self.report.get("vq", {}) else self.recipe.vq_codes[0]
+
+    @property
     def data(self) -> data_mod.EmojiData:
         if self._data is None:
-            full = data_mod.load(self.cache)
+            full = data_mod.load_scales(self.cache, self.recipe.sizes) if self.recipe.svg else data_mod.load(self.cache)
             if self.budget.images:
                 keep = np.zeros(len(full.names), dtype=bool)
                 keep[: self.budget.images] = True
@@ -161,13 +232,18 @@ class Pipeline:
             self._data = full
         return self._data
 
+    def images_at(self, px: int, index=slice(None)) -> torch.Tensor:
+        """``[N, 3, px, px]`` floats in [0, 1]: the renders at that size, else area-resized."""
+        d = self.data
+        return to_float(d.scales[px][index]) if px in d.scales else resize(to_float(d.images[index]), px)
+
     # -- stages --------------------------------------------------------------------------------
     def stage_clip(self) -> None:
         d = self.data
         torch.manual_seed(self.seed)
         clip = MiniCLIP(WordTokenizer.build(d.texts, COND_LEN).vocab, max_len=COND_LEN).to(self.device)
         train_idx = np.flatnonzero(~d.is_val)
-        images = to_float(d.images)
+        images = self.images_at(IMAGE_PX)  # the 64 px renders, not a resize of 128
         keys = np.array(d.keys)
         rng = self.rng("clip")
 
@@ -207,39 +283,65 @@ class Pipeline:
         return clip.to(self.device).eval()
 
     def stage_vq(self) -> None:
+        """One VQ per candidate codebook size; with several, the oracle MuLo-SD of each goes into
+        the report (``vq_study``) and ``choose_codebook`` picks the family's."""
+        candidates = self.recipe.vq_codes
+        study = self.report.get("vq_study", {}).get("candidates", {})
+        for codes in candidates:
+            name = "vq" if len(candidates) == 1 else f"vq_{codes}"
+            if str(codes) in study and (self.run / f"{name}.pt").exists():
+                continue
+            vq, stats = self.train_vq(codes, name)
+            torch.save(vq.state_dict(), self.run / f"{name}.pt")
+            quality = self.vq_quality(vq)
+            if len(candidates) > 1:
+                quality["oracle"] = self.oracle(vq)
+            study[str(codes)] = {**stats, **quality}
+            if len(candidates) > 1:
+                self.record("vq_study", candidates=study)
+        chosen = choose_codebook(study) if len(candidates) > 1 else candidates[0]
+        if len(candidates) > 1:
+            shutil.copyfile(self.run / f"vq_{chosen}.pt", self.run / "vq.pt")
+        summary = {k: v for k, v in study[str(chosen)].items() if k != "oracle"}
+        self.record("vq", codes=chosen, **summary)
+
+    def train_vq(self, codes: int, name: str) -> tuple[VQModel, dict]:
         d = self.data
         torch.manual_seed(self.seed)
-        vq = build_vq().to(self.device)
+        vq = build_vq(codes).to(self.device)
         train_idx = np.flatnonzero(~d.is_val)
-        images = to_float(d.images)
+        images = [self.images_at(px) for px in self.recipe.sizes]
         rng = self.rng("vq")
         b = self.budget.vq_batch
 
-        recent = {}  # the last crop batch's encoder outputs and codes, for dead-code restarts
+        recent = {}  # the last batch's encoder outputs and codes, for dead-code restarts
 
         def loss_fn(step):
-            # Three resolutions per step; 64 px as random 32 px crops (the net is convolutional).
+            # The three sizes per step; those above 32 px as random 32 px crops (the net is
+            # convolutional, and a crop costs what a 32 px image does).
             idx = rng.choice(train_idx, size=3 * b, replace=len(train_idx) < 3 * b)
-            top, left = rng.integers(0, 33, size=2)
-            crops = images[idx[:b], :, top : top + 32, left : left + 32]
             total = 0.0
-            for batch in (crops, resize(images[idx[b : 2 * b]], 32), resize(images[idx[2 * b :]], 16)):
+            for part, size_images in enumerate(images):
+                batch = size_images[idx[part * b : (part + 1) * b]]
+                if batch.shape[-1] > 32:
+                    top, left = rng.integers(0, batch.shape[-1] - 31, size=2)
+                    batch = batch[:, :, top : top + 32, left : left + 32]
                 x = batch.to(self.device) * 2 - 1
                 latents = vq.encode(x).latents
-                quant, commit_loss, (_, _, codes) = vq.quantize(latents)
+                quant, commit_loss, (_, _, used) = vq.quantize(latents)
                 recon = vq.decode(quant, force_not_quantize=True).sample
                 total = total + F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x) + commit_loss
-                if batch is crops:
-                    recent.update(latents=latents.detach(), codes=codes.detach())
+                if part == 0:
+                    recent.update(latents=latents.detach(), codes=used.detach())
             return total
 
-        usage = torch.zeros(VQ_CONFIG["num_vq_embeddings"], device=self.device)
+        usage = torch.zeros(codes, device=self.device)
 
         def restart_dead_codes(step):
             # Codes no batch has used for 100 steps move to random current encoder outputs.
             with torch.no_grad():
-                codes = recent["codes"].reshape(-1)
-                usage.mul_(0.99).index_add_(0, codes, torch.ones(codes.numel(), device=self.device))
+                used = recent["codes"].reshape(-1)
+                usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=self.device))
                 if (step + 1) % 100 == 0:
                     dead = (usage < 0.05).nonzero()[:, 0]
                     if len(dead):
@@ -249,20 +351,19 @@ class Pipeline:
                         usage[dead] = 1.0
 
         stats = train(
-            "vq",
+            name,
             vq,
             loss_fn,
             self.budget.vq_steps,
-            self.run / "vq.ckpt",
+            self.run / f"{name}.ckpt",
             lr=1e-3,
             every=self.budget.checkpoint_every,
             on_step=restart_dead_codes,
         )
-        torch.save(vq.state_dict(), self.run / "vq.pt")
-        self.record("vq", **stats, **self.vq_quality(vq))
+        return vq.eval(), stats
 
     def load_vq(self) -> VQModel:
-        vq = build_vq()
+        vq = build_vq(self.codes)
         vq.load_state_dict(torch.load(self.run / "vq.pt", map_location="cpu", weights_only=True))
         return vq.to(self.device).eval()
 
@@ -273,24 +374,31 @@ class Pipeline:
         from mulo.models.vq import VQTokenizer
 
         tok = VQTokenizer(vq.eval())
-        val = to_float(self.data.images[self.data.is_val])
+        val = np.flatnonzero(self.data.is_val)
         out = {}
-        for size in (64, 32, 16):
-            x = resize(val, size).to(self.device)
-            if size == 64:
-                x64 = x
+        for size in self.recipe.sizes:
+            x = self.images_at(size, val).to(self.device)
             codes = tok.encode(x)
             mse = float(((tok.decode(codes) - x) ** 2).mean())
             out[f"val_psnr_{size}px"] = round(10 * np.log10(1 / max(mse, 1e-10)), 2)
             out[f"codes_used_{size}px"] = int(codes.unique().numel())
-        # What a perfect drafter could get accepted at k = 0: the share of the 64 px codes that the
-        # pixel up-sampler (whole image at once) reproduces from the 64 / r px encoding, and, for
-        # comparison, from the 64 / r px image itself with no low-res VQ.
+        # What a perfect drafter could get accepted at k = 0: the share of the target's codes that
+        # the pixel up-sampler (whole image at once) reproduces from the px / r encoding, and, for
+        # comparison, from the px / r image itself with no low-res VQ.
+        target = self.images_at(self.recipe.px, val).to(self.device)
         for r in (2, 4):
-            shares = upsampling_agreement(tok, PixelUpsampler(tok, r), x64, r)
+            shares = upsampling_agreement(tok, PixelUpsampler(tok, r), target, r)
             out[f"val_draft_agreement_r{r}"] = round(shares["from_tokens"], 4)
             out[f"val_resize_agreement_r{r}"] = round(shares["from_pixels"], 4)
         return out
+
+    def oracle(self, vq) -> list[dict]:
+        """The oracle MuLo-SD table (``mulo.train.oracle``) of ``vq`` on validation emoji."""
+        from mulo.models.vq import VQTokenizer
+        from mulo.train import oracle
+
+        rows = oracle.table(VQTokenizer(vq.eval()), self.data.val, self.budget.oracle_images, self.recipe.px)
+        return [{k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
 
     @torch.no_grad()
     def stage_tokens(self) -> None:
@@ -299,12 +407,10 @@ class Pipeline:
         d = self.data
         tok = VQTokenizer(self.load_vq())
         clip = self.load_clip()
-        images = to_float(d.images)
         grids = {}
-        for size in (64, 32, 16):
-            parts = [
-                tok.encode(resize(images[i : i + 256], size).to(self.device)).cpu() for i in range(0, len(images), 256)
-            ]
+        for size in self.recipe.sizes:
+            images = self.images_at(size)
+            parts = [tok.encode(images[i : i + 256].to(self.device)).cpu() for i in range(0, len(images), 256)]
             grids[f"tokens{size}"] = torch.cat(parts).numpy().astype(np.int16)
         # Short prompts are shared between images ("face" for 170 of them): features once per
         # phrase, and per image a slice short_ids[short_ptr[i] : short_ptr[i + 1]] into them.
@@ -327,16 +433,16 @@ class Pipeline:
             raise RuntimeError(
                 f"{self.run / 'tokens.npz'} predates short prompts: delete it to rebuild the tokens stage"
             )
-        side = GRIDS[stage]
+        side = self.recipe.grid(stage)
         tokens = torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(z["is_val"]), -1)
         cond_name, cond_text, cond_short = (
             torch.from_numpy(z[k].astype(np.float32)) for k in ("cond_name", "cond_text", "cond_short")
         )
         short_ids, short_ptr = z["short_ids"], z["short_ptr"]
         is_val = z["is_val"]
-        vocab = VQ_CONFIG["num_vq_embeddings"]
-        cfg = gpt_config(stage, vocab, cond_name.shape[-1])
-        torch.manual_seed(self.seed + GRIDS[stage])
+        vocab = self.codes
+        cfg = self.recipe.gpt_config(stage, vocab, cond_name.shape[-1])
+        torch.manual_seed(self.seed + side)
         model = GPT(cfg)
         model.apply(_init_weights)
         torch.nn.init.normal_(model.abs_pe, std=0.02)
@@ -347,13 +453,12 @@ class Pipeline:
         group = np.unique(np.array(self.data.keys)[train_idx], return_inverse=True, return_counts=True)
         weights = 1.0 / group[2][group[1]]
         weights /= weights.sum()
-        rng = self.rng(stage)
-        batch = self.budget.ar_batch
+        batch = (self.budget.target_batch if stage == "target" else None) or self.budget.ar_batch
         steps = {"target": self.budget.ar_steps, "draft_model": self.budget.draft_model_steps}.get(
             stage, self.budget.drafter_steps
         )
 
-        def text_condition(i: int, kind: str) -> torch.Tensor:
+        def text_condition(i: int, kind: str, rng: np.random.Generator) -> torch.Tensor:
             n_short = short_ptr[i + 1] - short_ptr[i]
             if kind == "description":
                 return cond_text[i]
@@ -361,11 +466,17 @@ class Pipeline:
                 return cond_short[short_ids[short_ptr[i] + rng.integers(n_short)]]
             return cond_name[i]  # the name (also for images without a short prompt, "rocket")
 
+        zipar_share = self.budget.zipar_share if stage == "target" else 0.0
+        masks = {w: training_mask(COND_LEN + 1, side, side, w).to(self.device) for w in self.budget.zipar_windows}
+
         def loss_fn(step):
+            # One generator per step, so a stage resumed in a later session draws what an
+            # uninterrupted run would have.
+            rng = np.random.default_rng([self.seed, sum(map(ord, stage)), step])
             idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False, p=weights)
             mix = self.budget.ar_text_mix
             kinds = rng.choice(list(mix), size=len(idx), p=list(mix.values()))
-            cond = torch.stack([text_condition(i, kind) for i, kind in zip(idx, kinds, strict=True)])
+            cond = torch.stack([text_condition(i, kind, rng) for i, kind in zip(idx, kinds, strict=True)])
             drop = torch.from_numpy(rng.random(len(idx)) < CFG_DROPOUT)[:, None, None]
             cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
             x = tokens[idx].to(self.device)
@@ -375,8 +486,9 @@ class Pipeline:
                 noise = torch.from_numpy(rng.random(inputs.shape) < self.budget.input_noise).to(self.device)
                 random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(self.device)
                 inputs = torch.where(noise, random_codes, inputs)
+            mask = masks[rng.choice(list(masks))] if rng.random() < zipar_share else None
             with autocast(self.device):
-                logits = model(inputs, cond.to(self.device))
+                logits = model(inputs, cond.to(self.device), mask)
             return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
 
         stats = train(
@@ -388,22 +500,25 @@ class Pipeline:
             lr=1.5e-3 if stage != "draft_model" else 2e-3,
             every=self.budget.checkpoint_every,
         )
-        with torch.no_grad():
-            val = np.flatnonzero(is_val)
-            x = tokens[val].to(self.device)
-            logits = model(x[:, :-1], cond_name[val].to(self.device))
-            val_loss = float(F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1)))
+        val = np.flatnonzero(is_val)
+        losses = {"val_loss": validation_loss(model, tokens[val], cond_name[val], None, self.device)}
+        if stage == "target":  # what the hidden context of ZipAR costs, teacher-forced
+            for window in (4, 8):
+                mask = training_mask(COND_LEN + 1, side, side, window).to(self.device)
+                loss = validation_loss(model, tokens[val], cond_name[val], mask, self.device)
+                losses[f"val_loss_zipar_w{window}"] = loss
         torch.save(model.state_dict(), self.run / f"{stage}.pt")
         (self.run / f"{stage}.json").write_text(json.dumps(asdict(cfg)))
-        self.record(stage, **stats, val_loss=round(val_loss, 4), params=sum(p.numel() for p in model.parameters()))
+        self.record(stage, **stats, **losses, params=sum(p.numel() for p in model.parameters()))
 
     def stage_upsampler(self, r: int) -> None:
         z = np.load(self.run / "tokens.npz")
-        high = torch.from_numpy(z["tokens64"].astype(np.int64))
-        low = torch.from_numpy(z[f"tokens{64 // r}"].astype(np.int64))
+        px = self.recipe.px
+        high = torch.from_numpy(z[f"tokens{px}"].astype(np.int64))
+        low = torch.from_numpy(z[f"tokens{px // r}"].astype(np.int64))
         is_val = z["is_val"]
         torch.manual_seed(self.seed + r)
-        up = TokenUpsampler(VQ_CONFIG["num_vq_embeddings"], r, width=128, depth=3).to(self.device)
+        up = TokenUpsampler(self.codes, r, width=128, depth=3).to(self.device)
         train_idx = np.flatnonzero(~is_val)
         rng = self.rng(f"upsampler_r{r}")
 
@@ -473,18 +588,28 @@ class Pipeline:
         load = lambda name: torch.load(self.run / f"{name}.pt", map_location="cpu", weights_only=True)  # noqa: E731
         clip_vocab = json.loads((self.run / "clip_vocab.json").read_text())
         save("clip", load("clip"), {"vocab": clip_vocab, "max_len": COND_LEN})
-        save("vq", load("vq"), {k: list(v) if isinstance(v, tuple) else v for k, v in VQ_CONFIG.items()})
+        save("vq", load("vq"), {k: list(v) if isinstance(v, tuple) else v for k, v in vq_config(self.codes).items()})
         for stage in ("target", "drafter_r2", "drafter_r4", "draft_model"):
             save(stage, load(stage), json.loads((self.run / f"{stage}.json").read_text()))
         for r in (2, 4):
             save(
                 f"upsampler_r{r}",
                 load(f"upsampler_r{r}"),
-                {"vocab_size": VQ_CONFIG["num_vq_embeddings"], "r": r, "width": 128, "depth": 3},
+                {"vocab_size": self.codes, "r": r, "width": 128, "depth": 3},
             )
         (self.assets / "training_report.json").write_text(json.dumps(self.report, indent=1))
-        (self.assets / "defaults.json").write_text(json.dumps(DEFAULTS, indent=1))
+        (self.assets / "defaults.json").write_text(json.dumps(self.defaults(), indent=1))
         (self.assets / "aliases.json").write_text(json.dumps(data_mod.aliases(self.data), indent=0))
+
+    def defaults(self) -> dict:
+        """The recipe's knob values, and the up-sampler that reproduces more of the target's codes
+        from a perfect r = 2 draft on the validation split: learned (its token accuracy) or pixel
+        (the VQ stage's agreement), when the recipe leaves it open."""
+        defaults = dict(self.recipe.defaults)
+        if "upsampler" not in defaults:
+            learned = self.report["upsampler_r2"]["val_token_accuracy"]
+            defaults["upsampler"] = "learned" if learned > self.report["vq"]["val_draft_agreement_r2"] else "pixel"
+        return defaults
 
     def card(self) -> None:
         from mulo.families import twemoji as family_mod
@@ -502,9 +627,36 @@ class Pipeline:
         sizes = {p.name: round(p.stat().st_size / 2**20, 2) for p in sorted(self.assets.glob("*.safetensors"))}
         sizes["total"] = round(sum(sizes.values()), 2)
         recipe = dict(
-            vq=VQ_CONFIG, target=TARGET, draft_model=DRAFT_MODEL, cfg_dropout=CFG_DROPOUT, name_text_prob=NAME_TEXT_PROB
+            vq=vq_config(self.codes),
+            target=self.recipe.target,
+            draft_model=self.recipe.draft_model,
+            cfg_dropout=CFG_DROPOUT,
+            name_text_prob=NAME_TEXT_PROB,
         )
-        card.write_model_card(self.assets, self.report, metrics, asdict(self.budget), sizes, recipe)
+        geometry = dict(
+            family=self.recipe.family,
+            px=self.recipe.px,
+            svg=self.recipe.svg,
+            history=card.HISTORY_64 if self.recipe.family == "twemoji-64" else card.HISTORY_128,
+            study_rule=(
+                f"Rule (`twemoji.choose_codebook`): among the codebooks whose {self.recipe.px} px validation PSNR is "
+                f"within {PSNR_SLACK} dB of the best candidate's, the one with the highest oracle bound "
+                f"`{STUDY_BOUND}` at {', '.join(f'{k} = {v}' for k, v in STUDY_SETTING.items())}."
+            ),
+        )
+        card.write_model_card(self.assets, self.report, metrics, asdict(self.budget), sizes, recipe, geometry)
+
+
+@torch.no_grad()
+def validation_loss(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, mask, device: str, batch: int = 32) -> float:
+    """Mean teacher-forced cross-entropy of ``tokens [N, L]`` given ``cond``, under ``mask``
+    (causal when None), in batches."""
+    total = 0.0
+    for i in range(0, len(tokens), batch):
+        x = tokens[i : i + batch].to(device)
+        logits = model(x[:, :-1], cond[i : i + batch].to(device), mask)
+        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1), reduction="sum"))
+    return round(total / tokens.numel(), 4)
 
 
 def _init_weights(module) -> None:
@@ -533,6 +685,32 @@ def hardware(device: str) -> str:
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
 
 
-def run(run_dir="runs/twemoji", assets="assets/twemoji", smoke=False, device="cpu", only=None, cache=None) -> dict:
-    budget = SMOKE if smoke else FULL
-    return Pipeline(Path(run_dir), Path(assets), replace(budget), device, cache=cache).run_all(only)
+RECIPES = {
+    "twemoji": Recipe(
+        "twemoji",
+        px=128,
+        svg=True,
+        vq_codes=(16, 32, 64),
+        budget=FULL_128,
+        smoke=replace(SMOKE, zipar_share=0.5, oracle_images=4),
+        # every low-res row in one round at r = 2 (16 rows) and r = 4 (8); the up-sampler by the data
+        defaults={**DEFAULTS, "rows_per_block": 16},
+    ),
+    "twemoji-64": Recipe(
+        "twemoji-64",
+        px=64,
+        svg=False,
+        vq_codes=(32,),
+        budget=FULL,
+        smoke=SMOKE,
+        defaults={**DEFAULTS, "upsampler": "pixel"},
+    ),
+}
+
+
+def run(family="twemoji", run_dir=None, assets=None, smoke=False, device="cpu", only=None, cache=None) -> dict:
+    recipe = RECIPES[family]
+    run_dir = run_dir or Path("runs") / family
+    assets = assets or Path("assets") / family
+    budget = replace(recipe.smoke if smoke else recipe.budget)
+    return Pipeline(Path(run_dir), Path(assets), recipe, budget, device, cache=cache).run_all(only)
