@@ -91,11 +91,11 @@ class Round:
             "t0": self.t0,
             "timings_s": dict(self.timings_s),
             "nfe": dict(self.nfe),
-            "score": np.round(self.score.astype(np.float64), 6).tolist(),
+            "score": grid_json(np.round(self.score.astype(np.float64), 6)),
         }
         for name in ("draft", "accepted", "rejected", "reopened", "islands", "resampled", "tokens"):
-            out[name] = getattr(self, name).astype(np.int64).tolist()
-        out["low_draft"] = None if self.low_draft is None else self.low_draft.astype(np.int64).tolist()
+            out[name] = grid_json(getattr(self, name).astype(np.int64))
+        out["low_draft"] = None if self.low_draft is None else grid_json(self.low_draft.astype(np.int64))
         return out
 
     @classmethod
@@ -237,6 +237,19 @@ REQUIRED_CONFIG = ("cfg", "temperature", "top_k", "top_p")  # shown with every t
 REQUIRED_MULO_CONFIG = ("r", "tau", "k", "radius")  # shown with MuLo-SD's rounds
 
 
+def grid_json(grid: np.ndarray) -> list | dict:
+    """A grid's JSON form: its rows, or, when most cells hold one value, the sparse form
+    ``{"shape": [h, w], "fill": v, "at": [flat indices], "values": [...]}`` (cells not listed hold
+    ``fill``). A round's masks, drafts and scores are mostly one value: at 32x32 tokens a
+    speculative-decoding trace is a tenth of its size in rows."""
+    values, counts = np.unique(grid, return_counts=True)
+    fill = values[counts.argmax()]
+    at = np.flatnonzero(grid.reshape(-1) != fill)
+    if 2 * len(at) >= grid.size:
+        return grid.tolist()
+    return {"shape": list(grid.shape), "fill": fill.item(), "at": at.tolist(), "values": grid.reshape(-1)[at].tolist()}
+
+
 class TraceError(ValueError):
     """A file is not a usable trace; the message names the first problem and where it is."""
 
@@ -253,7 +266,25 @@ class Bounds:
         return self.shape[0] * self.shape[1]
 
 
-_GRID = {"type": "array", "minItems": 1, "maxItems": MAX_GRID_SIDE}  # rows; cells are checked with numpy
+_ROWS = {"type": "array", "minItems": 1, "maxItems": MAX_GRID_SIDE}  # rows; cells are checked with numpy
+_CELLS = {"type": "array", "maxItems": MAX_GRID_SIDE**2}  # checked with numpy too
+_SPARSE = {  # grid_json's sparse form
+    "type": "object",
+    "required": ["shape", "fill", "at", "values"],
+    "additionalProperties": False,
+    "properties": {
+        "shape": {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 1, "maximum": MAX_GRID_SIDE},
+            "minItems": 2,
+            "maxItems": 2,
+        },
+        "fill": {"type": "number"},
+        "at": _CELLS,
+        "values": _CELLS,
+    },
+}
+_GRID = {"anyOf": [_ROWS, _SPARSE]}
 _TEXT = {"type": "string", "maxLength": MAX_TEXT}
 _SECONDS = {"type": "number", "minimum": 0, "maximum": 1e7}
 _TIMINGS = {
@@ -413,12 +444,37 @@ def _limit_mb(limit: int = MAX_TRACE_BYTES) -> str:
     return f"{limit / 2**20:g} MB"
 
 
-def _array(value, where, shape, low, high, dtype=np.int64, integer=True, max_shape=None) -> np.ndarray:
-    """A JSON grid as a numpy array after checking shape, kind and range (memory: the input's)."""
+def _dense(value: dict, where: str) -> np.ndarray:
+    """The rows of ``grid_json``'s sparse form (schema-checked: shape within bounds)."""
+    h, w = value["shape"]
     try:
-        arr = np.array(value)
+        at, values, fill = np.array(value["at"]), np.array(value["values"]), np.array(value["fill"])
     except (ValueError, TypeError, OverflowError):
-        arr = None
+        raise TraceError(f"not a trace: {where} is not a grid of numbers") from None
+    if at.ndim != 1 or values.ndim != 1 or len(at) != len(values):
+        raise TraceError(f"not a trace: {where}: 'at' and 'values' must be lists of the same length")
+    if at.size and (at.dtype.kind not in "iu" or at.min() < 0 or at.max() >= h * w or len(np.unique(at)) != len(at)):
+        raise TraceError(f"not a trace: {where}: 'at' must list distinct cells of the {h}x{w} grid")
+    if values.size and values.dtype.kind not in "biuf":
+        raise TraceError(f"not a trace: {where} is not a grid of numbers")
+    kind = np.result_type(fill, values) if values.size else fill.dtype
+    if kind.kind not in "biuf":
+        raise TraceError(f"not a trace: {where} is not a grid of numbers")
+    arr = np.full(h * w, fill, dtype=kind)
+    arr[at.astype(np.int64)] = values
+    return arr.reshape(h, w)
+
+
+def _array(value, where, shape, low, high, dtype=np.int64, integer=True, max_shape=None) -> np.ndarray:
+    """A JSON grid (rows or the sparse form) as a numpy array after checking shape, kind and range
+    (memory: the input's, or the grid's)."""
+    if isinstance(value, dict):
+        arr = _dense(value, where)
+    else:
+        try:
+            arr = np.array(value)
+        except (ValueError, TypeError, OverflowError):
+            arr = None
     if arr is None or arr.ndim != 2:
         raise TraceError(f"not a trace: {where} is not a grid of numbers")
     if shape is not None and arr.shape != tuple(shape):

@@ -36,6 +36,10 @@ def _grid(h: int, w: int, value=0) -> list:
     return [[value] * w for _ in range(h)]
 
 
+def _sparse(shape, fill, at, values) -> dict:
+    return {"shape": shape, "fill": fill, "at": at, "values": values}
+
+
 def _max_valid(base: dict) -> str:
     """The heaviest trace the app accepts: a 64x64 grid (the largest), as many rounds as fit
     under the size limit, of a family this server has not loaded (pictures as code colours)."""
@@ -95,6 +99,27 @@ def corpus(base: dict) -> dict[str, tuple[str | bytes, str]]:
         "dense_lists": ('{"x":[' + "[1,1,1,1,1]," * (limit // 12 - 10) + "[1]]}", "'method' is a required property"),
         "floats": ('{"x":[' + "0.5," * (limit // 4 - 10) + "1]}", "'method' is a required property"),
         "max_valid_64x64": (_max_valid(base), ""),
+        "sparse_valid": (dump(_round_with(base, draft=_sparse([8, 8], -1, [3, 9], [5, 6]))), ""),
+        "sparse_at_outside": (
+            dump(_round_with(base, draft=_sparse([8, 8], -1, [64], [5]))),
+            "'at' must list distinct cells of the 8x8 grid",
+        ),
+        "sparse_at_twice": (
+            dump(_round_with(base, draft=_sparse([8, 8], -1, [3, 3], [5, 6]))),
+            "'at' must list distinct cells",
+        ),
+        "sparse_lengths": (dump(_round_with(base, draft=_sparse([8, 8], -1, [3], []))), "the same length"),
+        "sparse_value_range": (
+            dump(_round_with(base, accepted=_sparse([8, 8], 0, [3], [7]))),
+            r"accepted has values outside \[0, 1\]",
+        ),
+        "sparse_fill_range": (dump(_with(base, tokens=_sparse([8, 8], 10**6, [], []))), "tokens has values outside"),
+        "sparse_wrong_shape": (dump(_round_with(base, score=_sparse([4, 4], -1.0, [], []))), "score is not a 8x8 grid"),
+        "sparse_shape_huge": (
+            dump(_round_with(base, draft=_sparse([10**6, 10**6], -1, [], []))),
+            r"maximum of 64 \(at rounds/0/draft",
+        ),
+        "sparse_extra_key": (dump(_round_with(base, draft=dict(_sparse([8, 8], -1, [], []), x=1))), "rounds/0/draft"),
     }
     return out
 

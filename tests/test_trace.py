@@ -41,6 +41,21 @@ def test_json_round_trip_and_schema(engine, method, tmp_path):
     assert data["latency_s"] >= sum(v for k, v in data["timings_s"].items()) * 0.99
 
 
+def test_mostly_constant_grids_are_written_sparse_and_read_back_exactly(engine):
+    trace = engine.generate("rocket", "sd", 4).trace
+    data = trace.to_dict()
+    first = data["rounds"][0]
+    assert isinstance(first["accepted"], dict) and isinstance(first["score"], dict)  # mostly 0 / -1
+    assert isinstance(data["rounds"][-1]["tokens"], list)  # the finished canvas: dense rows
+    names = ("draft", "accepted", "rejected", "reopened", "islands", "resampled", "tokens", "score")
+    for before, after in zip(trace.rounds, Trace.from_dict(data).rounds, strict=True):
+        for name in names[:-1]:
+            np.testing.assert_array_equal(getattr(before, name), getattr(after, name))
+        np.testing.assert_allclose(before.score, after.score, atol=1e-6)  # scores are written to 6 decimals
+    rows = sum(len(json.dumps(getattr(r, name).tolist())) for r in trace.rounds for name in names)
+    assert len(json.dumps(data["rounds"])) < rows / 2
+
+
 def test_bad_traces_are_rejected_with_a_reason(engine):
     data = engine.generate("rocket", "ar", 0).trace.to_dict()
     broken = dict(data, rounds=[dict(data["rounds"][0], accepted=[[2]])])
