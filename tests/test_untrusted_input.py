@@ -68,6 +68,19 @@ def test_trace_bounds_cover_every_family(toy):
     assert len(longest) < MAX_TRACE_BYTES / 2 and len(Trace.from_json(longest).rounds) == 256
 
 
+@pytest.mark.parametrize("method", ["sd", "sjd"])
+def test_a_32x32_trace_of_the_methods_with_most_rounds_fits_the_limit(method):
+    """At Tar-512 geometry (32x32 tokens) the token-level methods write a round per few tokens
+    (the random toy models accept little: ~800 rounds); their sparse grids keep the file small."""
+    from mulo.engine import Engine
+    from mulo.families import toy
+
+    trace = Engine(toy.build(grid=32)).generate("red apple", method, 0).trace
+    assert len(trace.rounds) > 500
+    text = trace.to_json()
+    assert len(text) < MAX_TRACE_BYTES / 2 and Trace.from_json(text).to_dict() == trace.to_dict()
+
+
 def _sd_like(vocab: int, side: int, rounds: int) -> dict:
     """A trace shaped like SD's on a side x side grid with ``rounds`` rounds (values plausible)."""
     rng = np.random.default_rng(0)

@@ -70,9 +70,10 @@ def _gpt(seed: int, side: int, preset: str = "test-tiny", **overrides) -> GPT:
     return init_random_(GPT(cfg), seed, std=0.3)
 
 
-def build(seed: int = 0) -> Family:
-    target = _gpt(seed, GRID)
-    drafters = {2: _gpt(seed + 1, GRID // 2), 4: _gpt(seed + 2, GRID // 4)}
+def build(seed: int = 0, grid: int = GRID) -> Family:
+    """The toy family on a ``grid`` x ``grid`` target (8 by default; larger for tests of scale)."""
+    target = _gpt(seed, grid)
+    drafters = {2: _gpt(seed + 1, grid // 2), 4: _gpt(seed + 2, grid // 4)}
     draft_model = init_random_(
         GPT(
             GPTConfig(
@@ -80,7 +81,7 @@ def build(seed: int = 0) -> Family:
                 n_layer=1,
                 n_head=2,
                 vocab_size=VOCAB,
-                max_seq_len=GRID * GRID,
+                max_seq_len=grid * grid,
                 cond_len=COND_LEN,
                 cond_dim=COND_DIM,
                 multiple_of=16,
@@ -100,7 +101,7 @@ def build(seed: int = 0) -> Family:
             num_vq_embeddings=VOCAB,
             vq_embed_dim=4,
             norm_num_groups=8,
-            sample_size=GRID * 4,
+            sample_size=grid * 4,
         )
         torch.nn.init.normal_(vq_model.quantize.embedding.weight)
     upsamplers = {r: init_random_(TokenUpsampler(VOCAB, r, width=16), seed + 5 + r, std=0.3) for r in (2, 4)}
