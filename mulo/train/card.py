@@ -249,11 +249,12 @@ def _parallel_decoding(budget: dict) -> str:
     if not budget.get("zipar_share"):
         return ""
     windows = ", ".join(map(str, budget["zipar_windows"]))
+    share = f"{budget['zipar_share']:.0%}"
     return (
-        f"\n  The target is trained for parallel decoding: in {budget['zipar_share']:.0%} of its steps the attention "
-        f"mask\n  hides from each token what ZipAR (window {windows}, one per step) has not produced when it "
-        "samples\n  that token (`mulo.methods.zipar.training_mask`), so one model serves raster AR, ZipAR and "
-        "ZipAR\n  inside MuLo-SD's islands."
+        f"\n  The target and the drafters are trained for parallel decoding: in {share} of their steps the\n"
+        f"  attention mask hides from each token what ZipAR (window {windows}, one per step) has not\n"
+        "  produced when it samples that token (`mulo.methods.zipar.training_mask`), so one target serves\n"
+        "  raster AR, ZipAR and ZipAR inside MuLo-SD's islands, and a drafter drafts ZipAR-style."
     )
 
 

@@ -97,7 +97,7 @@ class Budget:
     # is what lets them, and the noise undid the target's memorisation (MODEL_CARD.md, History).
     input_noise: float = 0.0
     input_noise_from: float = 0.625
-    # Parallel-decoding tolerance: the share of target training steps whose attention mask hides,
+    # Parallel-decoding tolerance: the share of target and drafter steps whose attention mask hides,
     # from each token, what ZipAR with a random window has not produced yet (``zipar_mask``), so
     # one target serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands.
     zipar_share: float = 0.0
@@ -466,7 +466,9 @@ class Pipeline:
                 return cond_short[short_ids[short_ptr[i] + rng.integers(n_short)]]
             return cond_name[i]  # the name (also for images without a short prompt, "rocket")
 
-        zipar_share = self.budget.zipar_share if stage == "target" else 0.0
+        # The target and the drafters (MuLo-SD v2 drafts ZipAR-style); not the draft model, which
+        # SD and LANTERN run token by token.
+        zipar_share = self.budget.zipar_share if stage != "draft_model" else 0.0
         masks = {w: training_mask(COND_LEN + 1, side, side, w).to(self.device) for w in self.budget.zipar_windows}
 
         def loss_fn(step):
@@ -502,7 +504,7 @@ class Pipeline:
         )
         val = np.flatnonzero(is_val)
         losses = {"val_loss": validation_loss(model, tokens[val], cond_name[val], None, self.device)}
-        if stage == "target":  # what the hidden context of ZipAR costs, teacher-forced
+        if stage != "draft_model":  # what the hidden context of ZipAR costs, teacher-forced
             for window in (4, 8):
                 mask = training_mask(COND_LEN + 1, side, side, window).to(self.device)
                 loss = validation_loss(model, tokens[val], cond_name[val], mask, self.device)
