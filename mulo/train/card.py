@@ -316,8 +316,9 @@ measured on.
   plain: on 194 training emoji its teacher-forced loss is 0.261 nats per token with the causal
   mask and 0.272 / 0.306 / 0.417 when ZipAR's window 8 / 4 / 2 hides the row above; small per
   token, but summed over an image it takes generation off the memorised emoji (that family's
-  benchmark: ZipAR with window 4 at adherence 0.17, AR 0.42). So half of this target's steps train under ZipAR's
-  mask (`zipar_share`); the report's `val_loss_zipar_w4` / `_w8` give the gap it is left with.
+  benchmark: ZipAR with window 4 at adherence 0.17, AR 0.42). So half of the steps of this target
+  and its drafters train under ZipAR's mask (`zipar_share`); the report's `val_loss_zipar_w4` /
+  `_w8` give the gap each is left with.
 """
 PNG_DATA = """Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
 {images:,} images including skin-tone variants, composited over white; names, short names and
