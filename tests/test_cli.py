@@ -83,6 +83,7 @@ NO_MPS = "no MPS device is available"
         (["train", "twemoji", "--run-dir", "{file}"], "error: --run-dir {file} is a file, not a directory"),
         (["train", "twemoji", "--assets", "{file}/a"], "error: --assets {file}/a: {file} is a file, not a directory"),
         (["train", "twemoji", "--cache", "{file}"], "error: --cache {file} is a file, not a directory"),
+        (["train", "twemoji-64", "--stages", "vq,targt"], "error: unknown stage targt: the stages are data, clip"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message, tmp_path, monkeypatch, capsys):

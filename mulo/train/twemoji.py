@@ -565,6 +565,7 @@ class Pipeline:
         }
 
     def run_all(self, only: list[str] | None = None) -> dict:
+        assert tuple(self.stages()) == STAGES
         for name, (fn, output) in self.stages().items():
             if only and name not in only:
                 continue
@@ -710,7 +711,14 @@ RECIPES = {
 }
 
 
+STAGES = ("data", "clip", "vq", "tokens", "target", "drafter_r2", "drafter_r4", "draft_model")
+STAGES += ("upsampler_r2", "upsampler_r4", "export", "card")
+
+
 def run(family="twemoji", run_dir=None, assets=None, smoke=False, device="cpu", only=None, cache=None) -> dict:
+    unknown = [stage for stage in only or () if stage not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stage {', '.join(unknown)}: the stages are {', '.join(STAGES)}")
     recipe = RECIPES[family]
     run_dir = run_dir or Path("runs") / family
     assets = assets or Path("assets") / family
