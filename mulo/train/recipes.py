@@ -1,0 +1,186 @@
+"""What the twemoji families are trained to: geometry, architectures, budgets, knob defaults, the
+VQ study's rule (``mulo.train.twemoji`` runs them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from diffusers import VQModel
+
+from mulo.models.gpt import GPTConfig
+
+COND_LEN = 16
+
+VQ_CONFIG = dict(
+    block_out_channels=(32, 64, 64),
+    down_block_types=("DownEncoderBlock2D",) * 3,
+    up_block_types=("UpDecoderBlock2D",) * 3,
+    layers_per_block=1,
+    latent_channels=32,
+    # 32 codes, not 512: a coarse codebook is what lets a low-res draft name the high-res code
+    # (the codebook study: MODEL_CARD.md, History).
+    num_vq_embeddings=32,
+    vq_embed_dim=8,
+    norm_num_groups=16,
+    mid_block_add_attention=False,
+    sample_size=64,
+)
+TARGET = dict(dim=256, n_layer=4, n_head=4, multiple_of=64)
+DRAFT_MODEL = dict(dim=96, n_layer=2, n_head=2, multiple_of=32)  # about 1/8 of the target
+# Recommended knob values written to defaults.json, chosen on the trained family; the design study
+# behind each value is in MODEL_CARD.md, History.
+# No guidance: these models memorise their ~1,900 emoji, and CFG pushes them off the images they know.
+# No codebook pooling (k 0): the target has memorised which code each image uses, and a pooled
+# neighbour it gives ~0 probability derails it. tau 0.1: its probabilities are near 0 or large, so
+# a smaller tau accepts the same share.
+# The whole low-res image in one round (rows_per_block 8 = every row at r 2 and r 4): the VQ
+# encoder sees the image below a row too, so a row strip alone re-encodes to other codes.
+# Radius 2, the paper's protocol: tau and l calibrated until MuLo-SD's quality matches the baseline's.
+DEFAULTS = {"cfg": 1.0, "top_p": 0.8, "tau": 0.1, "k": 0, "radius": 2, "rows_per_block": 8}
+NAME_TEXT_PROB = 0.6  # mini-CLIP text augmentation: the emoji's name, else its full description
+CFG_DROPOUT = 0.1
+
+
+@dataclass
+class Budget:
+    images: int | None = None  # limit the data set (smoke runs)
+    clip_steps: int = 600
+    clip_batch: int = 128
+    vq_steps: int = 1200
+    vq_batch: int = 16
+    ar_steps: int = 3600  # the target
+    drafter_steps: int = 2000  # each low-res drafter
+    ar_batch: int = 32
+    target_batch: int | None = None  # the target's batch when not ar_batch
+    draft_model_steps: int = 1700
+    upsampler_steps: int = 800
+    upsampler_batch: int = 64
+    checkpoint_every: int = 100
+    eval_prompts: int = 120
+    # AR text augmentation: the name, a short prompt (one short name alone, "pizza" for "slice of
+    # pizza", or one content word of the name, "sun" for "sun with face"), or the full description.
+    # Short prompts off in the shipped weights: at this budget the AR models see each of ~4,100 short
+    # prompts about six times, too few to learn them, and they cost adherence to names; short names
+    # are resolved by aliases.json instead (MODEL_CARD.md, History).
+    ar_text_mix: dict = field(default_factory=lambda: {"name": 0.6, "short": 0.0, "description": 0.4})
+    # AR noisy teacher forcing: fraction of input tokens replaced by random codes, from this
+    # fraction of each stage's steps on. Off: the AR models here memorise ~1,900 emoji, exact context
+    # is what lets them, and the noise undid the target's memorisation (MODEL_CARD.md, History).
+    input_noise: float = 0.0
+    input_noise_from: float = 0.625
+    # Parallel-decoding tolerance: the share of target and drafter steps whose attention mask hides,
+    # from each token, what ZipAR with a random window has not produced yet (``zipar_mask``), so
+    # one target serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands.
+    zipar_share: float = 0.0
+    zipar_windows: tuple[int, ...] = (2, 4, 8, 16)
+    oracle_images: int = 96  # validation emoji in the VQ study's oracle MuLo-SD
+
+
+FULL = Budget()
+SMOKE = Budget(
+    images=48,
+    clip_steps=3,
+    clip_batch=16,
+    vq_steps=3,
+    vq_batch=4,
+    ar_steps=3,
+    drafter_steps=3,
+    ar_batch=4,
+    draft_model_steps=3,
+    upsampler_steps=3,
+    upsampler_batch=4,
+    checkpoint_every=2,
+    eval_prompts=2,
+    input_noise=0.1,
+    input_noise_from=0.0,
+    ar_text_mix={"name": 0.5, "short": 0.2, "description": 0.3},  # every kind of text on the smoke run
+)
+# The 32x32 target: 4x the tokens of a 16x16 sequence (4.6K tokens/s on 2 cores against 8.6K),
+# so half the batch and more steps; half its steps hide what ZipAR has not produced yet.
+FULL_128 = replace(FULL, ar_steps=4000, target_batch=16, zipar_share=0.5)
+
+
+def vq_config(codes: int) -> dict:
+    return {**VQ_CONFIG, "num_vq_embeddings": codes}
+
+
+def build_vq(codes: int) -> VQModel:
+    return VQModel(**vq_config(codes))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One family's geometry and training plan."""
+
+    family: str
+    px: int  # the target's image size; the r = 2 and r = 4 drafters see px/2 and px/4
+    svg: bool  # images rendered from the Twemoji SVGs at each size (else the 64 px PNGs, resized)
+    vq_codes: tuple[int, ...]  # codebook sizes trained; with several, the oracle MuLo-SD picks one
+    budget: Budget
+    smoke: Budget
+    defaults: dict
+    target: dict = field(default_factory=lambda: dict(TARGET))
+    draft_model: dict = field(default_factory=lambda: dict(DRAFT_MODEL))
+
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        return (self.px, self.px // 2, self.px // 4)
+
+    def grid(self, stage: str) -> int:
+        """Side of ``stage``'s token grid."""
+        side = self.px // 4
+        return {"target": side, "drafter_r2": side // 2, "drafter_r4": side // 4, "draft_model": side}[stage]
+
+    def gpt_config(self, stage: str, vocab: int, cond_dim: int) -> GPTConfig:
+        side = self.grid(stage)
+        sizes = self.draft_model if stage == "draft_model" else self.target
+        return GPTConfig(vocab_size=vocab, max_seq_len=side * side, cond_len=COND_LEN + 1, cond_dim=cond_dim, **sizes)
+
+
+# The VQ study's rule: the codebook whose perfect drafter leaves MuLo-SD the most room, the
+# sequential-pass bound at the paper's r = 2 setting (radius 1, no pooling, ZipAR with window 8
+# inside the islands), among the codebooks that reconstruct the target's images within
+# PSNR_SLACK dB of the best candidate (a smaller codebook is always easier to draft, and at
+# some size no longer draws the emoji).
+STUDY_SETTING = {"r": 2, "k": 0, "l": 1}
+STUDY_BOUND = "speedup_zipar_w8"
+PSNR_SLACK = 1.5
+
+
+def choose_codebook(study: dict[str, dict]) -> int:
+    """The codebook size (``study``: size -> its VQ's report with ``oracle`` rows) by the rule above."""
+    psnr = {codes: next(v for k, v in entry.items() if k.startswith("val_psnr_")) for codes, entry in study.items()}
+    good = [codes for codes, value in psnr.items() if value >= max(psnr.values()) - PSNR_SLACK]
+
+    def bound(codes: str) -> float:
+        rows = study[codes]["oracle"]
+        return next(row[STUDY_BOUND] for row in rows if all(row[k] == v for k, v in STUDY_SETTING.items()))
+
+    return int(max(good, key=bound))
+
+
+RECIPES = {
+    "twemoji": Recipe(
+        "twemoji",
+        px=128,
+        svg=True,
+        vq_codes=(16, 32, 64),
+        budget=FULL_128,
+        smoke=replace(SMOKE, zipar_share=0.5, oracle_images=4),
+        # every low-res row in one round at r = 2 (16 rows) and r = 4 (8); the up-sampler by the data
+        defaults={**DEFAULTS, "rows_per_block": 16},
+    ),
+    "twemoji-64": Recipe(
+        "twemoji-64",
+        px=64,
+        svg=False,
+        vq_codes=(32,),
+        budget=FULL,
+        smoke=SMOKE,
+        defaults={**DEFAULTS, "upsampler": "pixel"},
+    ),
+}
+
+
+STAGES = ("data", "clip", "vq", "tokens", "target", "drafter_r2", "drafter_r4", "draft_model")
+STAGES += ("upsampler_r2", "upsampler_r4", "export", "card")
