@@ -69,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--family", default="twemoji")
     be.add_argument("--device", default="cpu")
     be.add_argument("--quick", action="store_true", help="2 prompts, 8 methods: under a minute on 2 CPU cores")
-    be.add_argument("--prompts", type=int, help="number of prompts (default 48; --quick 2)")
+    be.add_argument(
+        "--prompts",
+        type=int,
+        help="number of prompts (default: the family's evaluation list, twemoji's 120; --quick 2)",
+    )
     be.add_argument("--methods", help=f"comma-separated labels (default all: {', '.join(_bench_labels())})")
     be.add_argument("--json", type=Path, help="write the result here (JSON)")
     be.add_argument("--out", type=Path, help="write table.json / table.md / table.png (and sweep plots) here")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -17,7 +18,7 @@ import app
 from mulo import viz
 from mulo.markdown import plain
 from mulo.tempfiles import TempFiles
-from mulo.trace import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB, Trace
+from mulo.trace import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB, Trace, grid_json
 from mulo.ui import files as ui_files
 from mulo.ui import handlers
 from mulo.views import replay_view
@@ -59,13 +60,20 @@ def test_trace_bounds_cover_every_family(toy):
     from mulo.families import tar, twemoji
 
     assert max(toy.grid) <= MAX_GRID_SIDE and toy.vocab_size <= MAX_VOCAB
-    config = json.loads((twemoji.ASSETS / "target.json").read_text())  # a square grid of max_seq_len tokens
-    assert config["max_seq_len"] <= MAX_GRID_SIDE**2 and config["vocab_size"] <= MAX_VOCAB
     # Tar's image tokenizer is LlamaGen's VQ-16 (vq_ds16_t2i.pt): 16x down-sampling, 16384 codes
     assert max(res // 16 for res in tar.RATIOS) <= MAX_GRID_SIDE and MAX_VOCAB >= 16384
-    # the longest twemoji trace there can be (16x16 tokens, a round per token, every grid random) loads
-    longest = json.dumps(_sd_like(config["vocab_size"], 16, 256))
-    assert len(longest) < MAX_TRACE_BYTES / 2 and len(Trace.from_json(longest).rounds) == 256
+    shipped = [name for name in twemoji.NAMES if (twemoji.ASSETS_ROOT / name / "target.json").exists()]
+    assert "twemoji" in shipped
+    for name in shipped:
+        config = json.loads((twemoji.ASSETS_ROOT / name / "target.json").read_text())  # square, max_seq_len tokens
+        assert config["max_seq_len"] <= MAX_GRID_SIDE**2 and config["vocab_size"] <= MAX_VOCAB
+        side = math.isqrt(config["max_seq_len"])
+        # The longest trace the family can write: a round per token. Up to 16x16 every grid of
+        # every round may be random; at 32x32 a round's masks and scores cover the few tokens it
+        # proposed (sparse form) and only its canvas is every token.
+        longest = json.dumps(_sd_like(config["vocab_size"], side, side * side, every_grid_random=side <= 16))
+        assert len(longest) < MAX_TRACE_BYTES / 2, name
+        assert len(Trace.from_json(longest).rounds) == side * side
 
 
 @pytest.mark.parametrize("method", ["sd", "sjd"])
@@ -81,21 +89,33 @@ def test_a_32x32_trace_of_the_methods_with_most_rounds_fits_the_limit(method):
     assert len(text) < MAX_TRACE_BYTES / 2 and Trace.from_json(text).to_dict() == trace.to_dict()
 
 
-def _sd_like(vocab: int, side: int, rounds: int) -> dict:
-    """A trace shaped like SD's on a side x side grid with ``rounds`` rounds (values plausible)."""
+def _sd_like(vocab: int, side: int, rounds: int, every_grid_random: bool = True) -> dict:
+    """A trace shaped like SD's on a side x side grid with ``rounds`` rounds (values plausible):
+    every grid random, or (``every_grid_random`` False) masks, drafts and scores set only on the
+    four tokens a round proposed, as SD writes them (``grid_json``'s sparse form)."""
     rng = np.random.default_rng(0)
-    grid = lambda low, high: rng.integers(low, high, (side, side)).tolist()  # noqa: E731
+
+    def grid(low, high):
+        if every_grid_random:
+            values = rng.random((side, side)).round(6) if high is float else rng.integers(low, high, (side, side))
+            return values.tolist()
+        cells = np.full(side * side, min(low, 0), dtype=np.float64 if high is float else np.int64)
+        proposed = rng.choice(side * side, 4, replace=False)
+        cells[proposed] = np.round(rng.random(4), 6) if high is float else rng.integers(max(low, 1), high, 4)
+        return grid_json(cells.reshape(side, side))
+
     rnd = {
         "index": 0, "label": "verify", "t0": 3, "timings_s": {"verify": 0.01}, "nfe": {"target": 1, "drafter": 4},
         "draft": grid(-1, vocab), "accepted": grid(0, 2), "rejected": grid(0, 2), "reopened": grid(0, 2),
-        "islands": grid(0, 3), "resampled": grid(0, 2), "tokens": grid(-1, vocab),
-        "score": np.round(rng.random((side, side)), 6).tolist(), "low_draft": None,
+        "islands": grid(0, 3), "resampled": grid(0, 2), "tokens": rng.integers(-1, vocab, (side, side)).tolist(),
+        "score": grid(0, float), "low_draft": None,
     }  # fmt: skip
     config = {"cfg": 1.0, "temperature": 1.0, "top_k": 0, "top_p": 0.8}
     return {
         "method": "sd", "family": "twemoji", "prompt": "p", "seed": 0, "config": config, "device": "cpu",
-        "dtype": "float32", "versions": {}, "grid": [side, side], "tokens": grid(0, vocab), "latency_s": 1.0,
-        "timings_s": {}, "nfe": {"target": rounds, "drafter": 4 * rounds},
+        "dtype": "float32", "versions": {}, "grid": [side, side],
+        "tokens": rng.integers(0, vocab, (side, side)).tolist(), "latency_s": 1.0, "timings_s": {},
+        "nfe": {"target": rounds, "drafter": 4 * rounds},
         "rounds": [dict(rnd, index=i) for i in range(rounds)],
     }  # fmt: skip
 

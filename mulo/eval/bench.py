@@ -284,7 +284,9 @@ def table_figure(result: dict):
 
 def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, labels: list[str] | None = None) -> dict:
     quality = Quality.for_family(engine.family)
-    prompts = prompt_pool(quality)[: n_prompts or (2 if quick else 48)]
+    # the whole evaluation list by default (twemoji: the model card's 120 prompts), where the goals'
+    # quality comparison is made
+    prompts = prompt_pool(quality)[: n_prompts or (2 if quick else None)]
     wanted = labels or (QUICK_LABELS if quick else list(SPECS))
     skipped = {label: why for label in wanted if (why := runnable(engine, label))}
     labels = [label for label in wanted if label not in skipped]

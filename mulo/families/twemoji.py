@@ -1,9 +1,10 @@
-"""The ``twemoji`` family, trained by ``python -m mulo train twemoji`` and shipped in assets/.
+"""The twemoji families, trained by ``python -m mulo train NAME`` and shipped in assets/NAME.
 
-Target AR on 16x16 tokens (64 px), equal-size drafters on 8x8 (r=2) and 4x4 (r=4), a small
-same-grid draft model for SD/LANTERN, learned up-samplers for r=2 and r=4, a diffusers VQModel
-shared by every resolution and the mini-CLIP text encoder as conditioner. Weights are fp16
-safetensors, loaded as float32; nothing is downloaded.
+``twemoji`` (the default): target AR on 16x16 tokens (64 px), equal-size drafters on 8x8 (r=2) and
+4x4 (r=4), a small same-grid draft model for SD/LANTERN, learned up-samplers for r=2 and r=4, a
+diffusers VQModel shared by every resolution and the mini-CLIP text encoder as conditioner.
+``twemoji-64`` is the name that family takes once the 32x32-token family replaces it (issue 19).
+Weights are fp16 safetensors, loaded as float32; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from mulo.models.text import MiniCLIP, words
 from mulo.models.upsample import TokenUpsampler
 from mulo.models.vq import VQTokenizer
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "twemoji"
+NAMES = ("twemoji", "twemoji-64")
+ASSETS_ROOT = Path(__file__).resolve().parents[2] / "assets"
+ASSETS = ASSETS_ROOT / "twemoji"  # the default family's
 FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
 
 
@@ -80,18 +83,21 @@ class PromptConditioner:
         if len(known) > tokenizer.max_len:
             notes.append(
                 f"only the first {tokenizer.max_len} known words are used "
-                f"(dropped: {' '.join(known[tokenizer.max_len:])})"
+                f"(dropped: {' '.join(known[tokenizer.max_len :])})"
             )
         return notes
 
 
-def build(folder: str | Path = ASSETS) -> Family:
-    folder = Path(folder)
+def build(folder: str | Path | None = None, name: str = "twemoji") -> Family:
+    """The family ``name`` from ``folder`` (default: assets/NAME)."""
+    if name not in NAMES:
+        raise ValueError(f"twemoji family must be one of {', '.join(NAMES)} (got {name!r})")
+    folder = Path(folder) if folder is not None else ASSETS_ROOT / name
     missing = [f"{n}.{ext}" for n in FILES for ext in ("json", "safetensors") if not (folder / f"{n}.{ext}").exists()]
     if missing:
         raise FileNotFoundError(
-            f"twemoji weights missing in {folder} ({', '.join(missing[:3])}...): "
-            "train them with python -m mulo train twemoji, or use --family toy"
+            f"{name} weights missing in {folder} ({', '.join(missing[:3])}...): "
+            f"train them with python -m mulo train {name}, or use --family toy"
         )
     config, state = _load(folder, "clip")
     clip = MiniCLIP(config["vocab"], max_len=config["max_len"])
@@ -105,7 +111,7 @@ def build(folder: str | Path = ASSETS) -> Family:
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
     aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
     return Family(
-        "twemoji",
+        name,
         _gpt(folder, "target"),
         {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
         vq,

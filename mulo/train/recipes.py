@@ -52,6 +52,9 @@ class Budget:
     drafter_steps: int = 2000  # each low-res drafter
     ar_batch: int = 32
     target_batch: int | None = None  # the target's batch when not ar_batch
+    # The target's learning-rate cycles (``loop.lr_scale``: warm restarts, each peak half the one
+    # before); None: one cosine over ar_steps.
+    target_cycles: tuple[int, ...] | None = None
     draft_model_steps: int = 1700
     upsampler_steps: int = 800
     upsampler_batch: int = 64
@@ -96,8 +99,9 @@ SMOKE = Budget(
     ar_text_mix={"name": 0.5, "short": 0.2, "description": 0.3},  # every kind of text on the smoke run
 )
 # The 32x32 target: 4x the tokens of a 16x16 sequence (4.6K tokens/s on 2 cores against 8.6K),
-# so half the batch and more steps; half its steps hide what ZipAR has not produced yet.
-FULL_128 = replace(FULL, ar_steps=4000, target_batch=16, zipar_share=0.5)
+# so half the batch and more steps; half its steps hide what ZipAR has not produced yet. The r = 2
+# drafter is a 16x16 model like twemoji-64's target and gets as many sequences as it did.
+FULL_128 = replace(FULL, ar_steps=4000, target_batch=16, zipar_share=0.5, drafter_steps=3600)
 
 
 def vq_config(codes: int) -> dict:

@@ -368,6 +368,7 @@ class Pipeline:
             self.run / f"{stage}.ckpt",
             lr=1.5e-3 if stage != "draft_model" else 2e-3,
             every=self.budget.checkpoint_every,
+            cycles=self.budget.target_cycles if stage == "target" else None,
         )
         val = np.flatnonzero(is_val)
         losses = {"val_loss": validation_loss(model, tokens[val], cond_name[val], None, self.device)}
@@ -485,7 +486,7 @@ class Pipeline:
         from mulo.families import twemoji as family_mod
         from mulo.train import card
 
-        engine = Engine(family_mod.build(self.assets).to(self.device))
+        engine = Engine(family_mod.build(self.assets, self.recipe.family).to(self.device))
         metrics = card.evaluate(engine, self.data, self.load_clip(), self.assets, self.budget.eval_prompts)
         (self.assets / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.write_card(metrics)
