@@ -121,12 +121,12 @@ def test_acceptance_by_detail_splits_flat_and_detailed_tokens():
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine
     from mulo.families import twemoji as family_mod
-    from mulo.train import twemoji
+    from mulo.train import recipes, twemoji
 
     report = twemoji.run(family, tmp_path / "run", tmp_path / "assets", smoke=True)
     for stage in ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4"):
         assert report[stage]["stage_seconds"] >= 0
-    recipe = twemoji.RECIPES[family]
+    recipe = recipes.RECIPES[family]
     assert report["vq"]["codes"] in recipe.vq_codes
     if len(recipe.vq_codes) > 1:  # the VQ study: every candidate with its oracle MuLo-SD table
         study = report["vq_study"]["candidates"]
@@ -135,7 +135,7 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
         settings = {(row["r"], row["k"], row["l"]) for row in rows}
         assert settings == {(r, k, radius) for r in (2, 4) for k in (0, 4) for radius in range(4)}
         assert all(0 <= row["accepted"] <= 1 and row["speedup_zipar_w8"] > 0 for row in rows)
-        assert report["vq"]["codes"] == twemoji.choose_codebook(study)
+        assert report["vq"]["codes"] == recipes.choose_codebook(study)
     assert report["target"]["val_loss_zipar_w8"] > 0
     assets = tmp_path / "assets"
     sizes = {p.name: p.stat().st_size for p in assets.glob("*.safetensors")}

@@ -95,20 +95,24 @@ def _sd_like(vocab: int, side: int, rounds: int, every_grid_random: bool = True)
     four tokens a round proposed, as SD writes them (``grid_json``'s sparse form)."""
     rng = np.random.default_rng(0)
 
-    def grid(low, high):
+    def grid(draw, fill=0):
+        """``draw(shape)`` on every cell, or on four proposed cells of a ``fill`` grid."""
         if every_grid_random:
-            values = rng.random((side, side)).round(6) if high is float else rng.integers(low, high, (side, side))
-            return values.tolist()
-        cells = np.full(side * side, min(low, 0), dtype=np.float64 if high is float else np.int64)
-        proposed = rng.choice(side * side, 4, replace=False)
-        cells[proposed] = np.round(rng.random(4), 6) if high is float else rng.integers(max(low, 1), high, 4)
+            return draw((side, side)).tolist()
+        values = draw(4)
+        cells = np.full(side * side, fill, dtype=values.dtype)
+        cells[rng.choice(side * side, 4, replace=False)] = values
         return grid_json(cells.reshape(side, side))
+
+    def ints(low, high):
+        return lambda shape: rng.integers(low, high, shape)
 
     rnd = {
         "index": 0, "label": "verify", "t0": 3, "timings_s": {"verify": 0.01}, "nfe": {"target": 1, "drafter": 4},
-        "draft": grid(-1, vocab), "accepted": grid(0, 2), "rejected": grid(0, 2), "reopened": grid(0, 2),
-        "islands": grid(0, 3), "resampled": grid(0, 2), "tokens": rng.integers(-1, vocab, (side, side)).tolist(),
-        "score": grid(0, float), "low_draft": None,
+        "draft": grid(ints(-1, vocab), -1), "accepted": grid(ints(0, 2)), "rejected": grid(ints(0, 2)),
+        "reopened": grid(ints(0, 2)), "islands": grid(ints(0, 3)), "resampled": grid(ints(0, 2)),
+        "tokens": rng.integers(-1, vocab, (side, side)).tolist(),
+        "score": grid(lambda shape: rng.random(shape).round(6)), "low_draft": None,
     }  # fmt: skip
     config = {"cfg": 1.0, "temperature": 1.0, "top_k": 0, "top_p": 0.8}
     return {

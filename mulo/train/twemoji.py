@@ -35,7 +35,7 @@ from mulo.models.text import IMAGE_PX, MiniCLIP, WordTokenizer
 from mulo.models.upsample import TokenUpsampler
 from mulo.train import data as data_mod
 from mulo.train.loop import train
-from mulo.train.recipes import (  # noqa: F401  (RECIPES, STAGES, choose_codebook: the module's API)
+from mulo.train.recipes import (
     CFG_DROPOUT,
     COND_LEN,
     NAME_TEXT_PROB,
@@ -510,7 +510,7 @@ class Pipeline:
             svg=self.recipe.svg,
             history=card.HISTORY_64 if self.recipe.family == "twemoji-64" else card.HISTORY_128,
             study_rule=(
-                f"Rule (`twemoji.choose_codebook`): among the codebooks whose {self.recipe.px} px validation PSNR is "
+                f"Rule (`recipes.choose_codebook`): among the codebooks whose {self.recipe.px} px validation PSNR is "
                 f"within {PSNR_SLACK} dB of the best candidate's, the one with the highest oracle bound "
                 f"`{STUDY_BOUND}` at {', '.join(f'{k} = {v}' for k, v in STUDY_SETTING.items())}."
             ),
