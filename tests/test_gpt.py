@@ -54,6 +54,20 @@ def test_cached_step_by_step_equals_teacher_forced(kv_heads):
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_no_mask_is_the_causal_mask(kv_heads):
+    # Training passes no mask (the fused causal kernel); it must mean exactly the lower triangle.
+    model = tiny(n_kv_head=kv_heads)
+    cond, tokens = torch.randn(2, 3, 8), torch.randint(50, (2, 12))
+    causal = torch.ones(15, 15, dtype=torch.bool).tril()
+    with torch.no_grad():
+        implicit = model(tokens, cond)
+        explicit = model(tokens, cond, causal)
+        full = model(tokens, cond, torch.ones(15, 15, dtype=torch.bool))
+    torch.testing.assert_close(implicit, explicit)
+    assert not torch.allclose(implicit[:, :-1], full[:, :-1], atol=1e-3)  # the mask is not ignored
+
+
 def test_custom_mask_equals_recomputation_over_visible_context():
     """A query decoded through the cache with a custom mask gives the logits of a plain forward
     pass over exactly the visible slots (kept at their own positions), whatever else the cache
