@@ -69,10 +69,16 @@ def corpus(base: dict) -> dict[str, tuple[str | bytes, str]]:
             dump(_with(base, rounds=[dict(base["rounds"][0], index=i) for i in range(800)])),
             "800 rounds for 64 tokens",
         ),
-        "token_beyond_codebook": (dump(_with(base, tokens=_grid(8, 8, 10**6))), r"tokens has values outside \[0, 127\]"),
+        "token_beyond_codebook": (
+            dump(_with(base, tokens=_grid(8, 8, 10**6))),
+            r"tokens has values outside \[0, 127\]",
+        ),
         "t0_1e6": (dump(_round_with(base, t0=10**6)), r"maximum of 4096 \(at rounds/0/t0\)"),
         "t0_outside_grid": (dump(_round_with(base, t0=64)), "t0 = 64 is outside the 8x8 grid"),
-        "config_empty": (dump(_with(base, config={})), "config lacks cfg, temperature, top_k, top_p, r, tau, k, radius"),
+        "config_empty": (
+            dump(_with(base, config={})),
+            "config lacks cfg, temperature, top_k, top_p, r, tau, k, radius",
+        ),
         "config_bad_value": (dump(_with(base, config=dict(base["config"], cfg="abc"))), "config: cfg must be a number"),
         "rounds_empty": (dump(_with(base, rounds=[])), r"should be non-empty.*at rounds"),
         "negative_islands": (dump(_round_with(base, islands=_grid(8, 8, -3))), r"islands has values outside \[0, 64\]"),

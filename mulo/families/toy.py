@@ -34,7 +34,7 @@ class HashedWords:
     def ignored(self, prompt: str) -> list[str]:
         words = prompt.lower().split()  # every word hashes to a vector; only the first few are used
         if len(words) > self.cond_len:
-            return [f"only the first {self.cond_len} words are used (dropped: {' '.join(words[self.cond_len:])})"]
+            return [f"only the first {self.cond_len} words are used (dropped: {' '.join(words[self.cond_len :])})"]
         return []
 
     def alias(self, prompt: str) -> None:

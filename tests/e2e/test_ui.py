@@ -79,7 +79,9 @@ def test_a_trace_with_markup_shows_it_as_text(page: Page, app_url, tmp_path):
     from mulo.engine import Engine
     from mulo.families import toy
 
-    markup = '<img src="https://evil.example/beacon.png"> [CLICK HERE TO LOG IN](https://evil.example) <form><input></form>'
+    markup = (
+        '<img src="https://evil.example/beacon.png"> [CLICK HERE TO LOG IN](https://evil.example) <form><input></form>'
+    )
     data = Engine(toy.build()).generate("red apple", "ar", 0).trace.to_dict()
     data.update(prompt=markup, warnings=[f"see www.evil.example {markup}"])
     path = tmp_path / "markup.json"
