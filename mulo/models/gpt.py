@@ -168,7 +168,7 @@ class Attention(nn.Module):
             # Only look at the slot range some query can see: short prefixes stay cheap.
             k, v = cache.k[layer][:, :, : mask.shape[1]], cache.v[layer][:, :, : mask.shape[1]]
         gqa = cfg.kv_heads != cfg.n_head
-        if mask is None:  # causal over the inputs: the fused kernel (1.35x per training step on CPU)
+        if mask is None:  # causal over the inputs: the fused kernel, faster than a boolean mask
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None], enable_gqa=gqa)
