@@ -94,9 +94,10 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     for knob in KNOBS[:8]:
                         knobs.append(knob_component(knob, defaults[knob[0]], limits))
-                with gr.Row():
-                    for knob in KNOBS[8:]:
-                        knobs.append(knob_component(knob, defaults[knob[0]], limits))
+                for row in (KNOBS[8:14], KNOBS[14:]):  # MuLo-SD's windows and the baselines'; sampling
+                    with gr.Row():
+                        for knob in row:
+                            knobs.append(knob_component(knob, defaults[knob[0]], limits))
             with gr.Row(equal_height=True):
                 with gr.Column():
                     img_ar = gr.Image(label="baseline AR", elem_id="ar", format="png", interactive=False, height=280)
@@ -148,6 +149,7 @@ def build_demo() -> gr.Blocks:
                                interactive=False, height=260)  # fmt: skip
             r_canvas = gr.Image(label="canvas after the round", format="png", interactive=False, height=260)
         token_md = gr.Markdown("Click a token of the acceptance map to see its history.", elem_id="token-info")
+        tree_plot = gr.Plot(label="draft tree of the round (EAGLE-2)", visible=False, elem_id="tree")
         with gr.Row():
             latency = gr.Plot(label="latency by stage")
             timeline = gr.Plot(label="per-round timeline")
@@ -156,7 +158,7 @@ def build_demo() -> gr.Blocks:
             gif_btn = gr.Button("GIF of the rounds")
             export = gr.File(label="export", elem_id="export")
 
-        round_outputs = [r_draft, r_tokens, r_overlay, r_islands, r_final, r_canvas, round_md, timeline]
+        round_outputs = [r_draft, r_tokens, r_overlay, r_islands, r_final, r_canvas, round_md, timeline, tree_plot]
         private = dict(api_visibility="private")
         # Replays and drawings read the session's own state only: they run beside generation (its
         # "gpu" lane) in lanes of their own, several at a time, so a slow one never queues the others.

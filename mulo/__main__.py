@@ -15,7 +15,7 @@ import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from mulo.cli_checks import check_device, check_output_dir, check_output_file, image_suffixes
+from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
 from mulo.config import GenerationConfig, key_of
 
 log = logging.getLogger("mulo")
@@ -65,10 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--assets", type=Path, help="where export writes the family (default assets/FAMILY)")
     tr.add_argument("--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji)")
     tr.add_argument("--stages", help="comma-separated subset of stages")
+    tr.add_argument(
+        "--adopt",
+        type=Path,
+        metavar="FOLDER",
+        help="seed the run folder with an exported family's weights and report first (to add a stage, "
+        "e.g. eagle, to a family trained before it existed)",
+    )
     be = sub.add_parser("bench", help="speed and quality of every method, side by side (the paper's table)")
     be.add_argument("--family", default="twemoji")
     be.add_argument("--device", default="cpu")
-    be.add_argument("--quick", action="store_true", help="2 prompts, 8 methods: under a minute on 2 CPU cores")
+    be.add_argument("--quick", action="store_true", help="2 prompts, 9 methods: about a minute on 2 CPU cores")
     be.add_argument(
         "--prompts",
         type=int,
@@ -235,12 +242,16 @@ def cmd_train(args) -> int:
     check_output_dir("--assets", args.assets)
     if args.cache:
         check_output_dir("--cache", args.cache)
+    if args.adopt and not (args.adopt / "training_report.json").is_file():
+        raise UsageError(f"--adopt {args.adopt}: not an exported family (no training_report.json there)")
 
     from mulo.train import twemoji
 
     logging.getLogger("mulo").setLevel(logging.INFO)
     only = args.stages.split(",") if args.stages else None
-    report = twemoji.run(args.family, args.run_dir, args.assets, args.smoke, args.device, only, args.cache)
+    report = twemoji.run(
+        args.family, args.run_dir, args.assets, args.smoke, args.device, only, args.cache, adopt=args.adopt
+    )
     print(json.dumps(report, indent=1))
     return 0
 

@@ -17,6 +17,7 @@ DRAFTING = ("sequential", "zipar")
 RESAMPLING = ("raster", "islands")
 UPSAMPLERS = ("pixel", "learned")
 MAX_PROMPT_CHARS = 300
+MAX_TREE_NODES = 255  # EAGLE-2's draft tree, without its root (a trace's bound too)
 
 
 class ConfigError(ValueError):
@@ -57,6 +58,9 @@ class GenerationConfig:
     draft_len: int = knob(4, "SD/LANTERN: draft tokens per verification (gamma)")
     delta: float = knob(0.4, "LANTERN: total-variation budget of the pooled neighbours (> 1: LANTERN++ ratio)")
     lantern_k: int = knob(8, "LANTERN: codebook neighbours of the draft token it may pool (its own k, not MuLo-SD's)")
+    tree_budget: int = knob(60, "EAGLE-2: tokens verified per round (the root and the most confident tree nodes)")
+    tree_depth: int = knob(6, "EAGLE-2: draft-tree depth (drafter passes per round)")
+    tree_top_k: int = knob(10, "EAGLE-2: continuations added per expanded node, and nodes expanded per depth")
 
     def to_dict(self) -> dict:
         """Keys -> values (``cfg``, not ``guidance``): a trace's ``config``."""
@@ -140,6 +144,9 @@ def validate(config: GenerationConfig, *, vocab_size: int, ratios: tuple[int, ..
     _number("sjd_window", config.sjd_window, 1, 4096, integer=True)
     _number("draft_len", config.draft_len, 1, 256, integer=True)
     _number("delta", config.delta, 0, 100)
+    _number("tree_budget", config.tree_budget, 2, MAX_TREE_NODES + 1, integer=True)
+    _number("tree_depth", config.tree_depth, 1, 32, integer=True)
+    _number("tree_top_k", config.tree_top_k, 1, min(64, vocab_size), integer=True)
     _number("r", config.r, 1, 64, integer=True)
     if grid is not None:
         h, w = grid

@@ -32,6 +32,7 @@ class ModelRunner:
         top_k: int,
         top_p: float,
         refresh: bool = True,
+        scratch: int = 0,
     ):
         self.model = model
         self.guidance = guidance
@@ -47,7 +48,9 @@ class ModelRunner:
         self.grid = model.cfg.grid_hw
         self.vocab_size = model.cfg.vocab_size
         self.device = param.device
-        self.cache = KVCache(model.cfg, batch.shape[0], param.device, param.dtype, self.n_cond + self.n_image - 1)
+        # Slots past the image's (``scratch``) hold draft-tree nodes: several candidates per position.
+        self.n_main = self.n_cond + self.n_image - 1
+        self.cache = KVCache(model.cfg, batch.shape[0], param.device, param.dtype, self.n_main + scratch)
         self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
         self._stale_from = self.n_image
         self.nfe = 0
@@ -64,9 +67,10 @@ class ModelRunner:
         """Write the condition slots; returns the guided logits of image position 0 ``[V]``."""
         slots = torch.arange(self.n_cond, device=self.device)
         mask = torch.ones(self.n_cond, self.n_cond, dtype=torch.bool, device=self.device).tril()
-        logits = self.model.forward_embeddings(self.cond_embeddings, slots, mask, self.cache)
+        hidden = self.model.forward_hidden(self.cond_embeddings, slots, mask, self.cache)
         self.nfe += 1
-        self.first_logits = self._guided(logits[:, -1:])[0]
+        self.cond_hidden = hidden  # per CFG branch [B, T, dim]: what an EAGLE head reads
+        self.first_logits = self._guided(self.model.output(hidden[:, -1:]).float())[0]
         return self.first_logits
 
     @torch.no_grad()
@@ -75,17 +79,27 @@ class ModelRunner:
 
         Returns guided logits ``[Q, V]``; row q predicts position ``positions[q] + 1``.
         """
+        logits, _ = self._feed_hidden(positions, tokens, mask)
+        return logits
+
+    @torch.no_grad()
+    def _feed_hidden(self, positions, tokens, mask, slots=None):
+        """``_feed``, also returning the per-branch hidden state ``[B, Q, dim]``; ``slots`` (default:
+        the positions' own) are where K/V go (scratch slots for tree nodes, which are not recorded
+        as fed: their positions' own slots are untouched)."""
         positions = positions.to(torch.long).cpu()
         if int(positions.max()) >= self.n_image - 1 or int(positions.min()) < 0:
             raise ValueError(f"image positions must be in [0, {self.n_image - 2}] to be fed")
         tokens = tokens.to(torch.long).cpu()
         embeddings = self.model.embed_tokens(tokens.to(self.device))[None]
         embeddings = embeddings.expand(self.cache.k.shape[1], -1, -1)
-        slots = (positions + self.n_cond).to(self.device)
-        logits = self.model.forward_embeddings(embeddings, slots, mask.to(self.device), self.cache)
+        pe_slots = (positions + self.n_cond).to(self.device)
+        cache_slots = pe_slots if slots is None else slots.to(self.device)
+        hidden = self.model.forward_hidden(embeddings, cache_slots, mask.to(self.device), self.cache, pe_slots)
         self.nfe += 1
-        self._fed[positions] = tokens
-        return self._guided(logits)
+        if slots is None:
+            self._fed[positions] = tokens
+        return self._guided(self.model.output(hidden).float()), hidden
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The distribution this request samples from (temperature, top-k, top-p)."""
@@ -138,6 +152,43 @@ class ModelRunner:
         positions = torch.cat([rewrite, inputs])
         logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, final))
         return logits[len(rewrite) :]
+
+    def feed_tree(self, seq: torch.Tensor, root: int, positions, tokens, visible: torch.Tensor):
+        """Verify a draft tree in one pass (EAGLE): the root token ``seq[root]`` at its own slot and
+        node ``j`` (``tokens[j]`` at image ``positions[j]``) at scratch slot ``j``, seeing the
+        committed prefix, the root and the nodes ``visible[j]`` marks (its ancestors and itself),
+        never a sibling's branch. Slots before ``root`` must already hold ``seq``.
+
+        Returns ``(probs [1 + M, V]`` (CPU; row 0 the root's, predicting ``root + 1``), hidden
+        ``[B, 1 + M, dim])``."""
+        if bool((self._fed[:root] != seq[:root]).any()) or root >= self.n_image - 1:
+            raise RuntimeError("a draft tree must grow from a fed prefix and a root that can be fed")
+        m = len(tokens)
+        if m > self.cache.n_slots - self.n_main:
+            raise ValueError(f"a tree of {m} nodes does not fit in {self.cache.n_slots - self.n_main} scratch slots")
+        positions = torch.as_tensor(positions, dtype=torch.long)
+        all_positions = torch.cat([torch.tensor([root]), positions])
+        slots = torch.cat([torch.tensor([self.n_cond + root]), self.n_main + torch.arange(m)])
+        mask = torch.zeros(1 + m, self.n_main + m, dtype=torch.bool)
+        mask[:, : self.n_cond + root + 1] = True  # condition, committed prefix and the root
+        mask[1:, self.n_main :] = visible
+        tokens = torch.cat([seq[root : root + 1], torch.as_tensor(tokens, dtype=torch.long)])
+        self.cache.written[self.n_main :] = False  # the last tree's nodes are gone
+        logits, hidden = self._feed_hidden(all_positions, tokens, mask, slots)
+        self._fed[root] = seq[root]
+        return self.probs(logits).cpu(), hidden
+
+    def commit_tree(self, nodes, positions, tokens) -> None:
+        """The accepted path's nodes (scratch indices) become the prefix: their K/V, computed in
+        exactly the committed context, move to their positions' own slots."""
+        if not len(nodes):
+            return
+        src = (self.n_main + torch.as_tensor(nodes, dtype=torch.long)).to(self.device)
+        dst = (self.n_cond + torch.as_tensor(positions, dtype=torch.long)).to(self.device)
+        self.cache.k[:, :, :, dst] = self.cache.k[:, :, :, src]
+        self.cache.v[:, :, :, dst] = self.cache.v[:, :, :, src]
+        self.cache.written[dst] = True
+        self._fed[torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(tokens, dtype=torch.long)
 
     # -- masks over cache slots ----------------------------------------------------------------
     def _width(self, positions: torch.Tensor) -> int:

@@ -41,6 +41,11 @@ class Round:
     resampled wave (1-based) in which the position was resampled in this round, 0 = not
     tokens    the canvas after the round: final tokens, -1 where not final yet
     low_draft MuLo-SD's low-resolution draft on the drafter grid (-1 elsewhere), else None
+    tree      EAGLE-2's draft tree, else None: ``root`` (raster position of the root token) and,
+              per node, ``token``, ``parent`` (node index, -1 = the root; parents come first),
+              ``depth`` (the node sits at ``root + depth``), ``q`` (drafter probability given
+              its parent), ``status`` (0 untried, 1 accepted, 2 rejected); ``next``: the token
+              drawn after the accepted path (None when the path completed the image)
     """
 
     index: int
@@ -57,6 +62,7 @@ class Round:
     timings_s: dict[str, float] = field(default_factory=dict)
     nfe: dict[str, int] = field(default_factory=lambda: {"target": 0, "drafter": 0})
     low_draft: np.ndarray | None = None
+    tree: dict | None = None
 
     @classmethod
     def empty(cls, index: int, label: str, shape: tuple[int, int], tokens: np.ndarray) -> Round:
@@ -96,6 +102,8 @@ class Round:
         for name in ("draft", "accepted", "rejected", "reopened", "islands", "resampled", "tokens"):
             out[name] = grid_json(getattr(self, name).astype(np.int64))
         out["low_draft"] = None if self.low_draft is None else grid_json(self.low_draft.astype(np.int64))
+        if self.tree is not None:
+            out["tree"] = dict(self.tree)
         return out
 
     @classmethod
@@ -120,6 +128,7 @@ class Round:
             low_draft=None
             if d.get("low_draft") is None
             else _array(d["low_draft"], f"{where}/low_draft", None, -1, b.vocab - 1, max_shape=b.shape),
+            tree=None if d.get("tree") is None else _tree(d["tree"], b, f"{where}/tree"),
         )
 
 
@@ -150,6 +159,7 @@ class Trace:
         mean_accepted_length   SD/LANTERN/SJD: tokens committed per verification round
         tokens_per_target_nfe  image tokens / target forward passes (plain AR: 1)
         reopened_fraction      positions re-opened for resampling / all positions
+        mean_tree_size         EAGLE-2: draft-tree nodes verified per round (None: no trees)
         """
         n_tokens = int(np.prod(self.grid))
         proposed = sum(r.proposed for r in self.rounds)
@@ -162,6 +172,7 @@ class Trace:
             before = final
         # a chain method's rounds each commit an accepted prefix plus one token (vLLM's acceptance length)
         chain = _registry().get(self.method).chain and committed
+        trees = [len(r.tree["token"]) for r in self.rounds if r.tree is not None]
         return {
             "nfe": dict(self.nfe),
             "rounds": len(self.rounds),
@@ -171,6 +182,7 @@ class Trace:
             "mean_accepted_length": float(np.mean(committed)) if chain else None,
             "tokens_per_target_nfe": n_tokens / self.nfe["target"] if self.nfe.get("target") else None,
             "reopened_fraction": reopened / n_tokens,
+            "mean_tree_size": float(np.mean(trees)) if trees else None,
             "latency_s": self.latency_s,
             "timings_s": dict(self.timings_s),
         }
@@ -233,6 +245,7 @@ MAX_TRACE_BYTES = 10 * 2**20  # a file; the app's upload limit too (the longest 
 # A JSON list costs ~64 bytes of memory for as little as 3 bytes of file ("[],"): a file may hold
 # at most one list per this many bytes (a real trace: one per grid row of >= 8 cells, >= 16 bytes).
 BYTES_PER_LIST = 12
+MAX_TREE_NODES = 255  # EAGLE-2's nodes per round (mulo.config's bound on tree_budget - 1)
 REQUIRED_CONFIG = ("cfg", "temperature", "top_k", "top_p")  # shown with every trace
 REQUIRED_MULO_CONFIG = ("r", "tau", "k", "radius")  # shown with MuLo-SD's rounds
 
@@ -301,6 +314,25 @@ _NFE = {
         "drafter": {"type": "integer", "minimum": 0, "maximum": MAX_NFE},
     },
 }
+_NODES = {"type": "array", "maxItems": MAX_TREE_NODES, "items": {"type": "integer"}}
+_TREE = {
+    "type": "object",
+    "required": ["root", "token", "parent", "depth", "q", "status", "next"],
+    "additionalProperties": False,
+    "properties": {
+        "root": {"type": "integer", "minimum": 0, "maximum": MAX_GRID_SIDE**2},
+        "token": _NODES,
+        "parent": _NODES,
+        "depth": _NODES,
+        "q": {
+            "type": "array",
+            "maxItems": MAX_TREE_NODES,
+            "items": {"type": "number", "minimum": 0, "maximum": MAX_SCORE},
+        },
+        "status": {"type": "array", "maxItems": MAX_TREE_NODES, "items": {"enum": [0, 1, 2]}},
+        "next": {"type": ["integer", "null"]},
+    },
+}
 _SCALAR = {"type": ["boolean", "integer", "number", "string", "null"], "maxLength": 64}
 
 ROUND_SCHEMA = {
@@ -333,6 +365,7 @@ ROUND_SCHEMA = {
         "resampled": _GRID,
         "tokens": _GRID,
         "low_draft": {"anyOf": [{"type": "null"}, _GRID]},
+        "tree": {"anyOf": [{"type": "null"}, _TREE]},
         "timings_s": _TIMINGS,
         "nfe": _NFE,
     },
@@ -488,6 +521,30 @@ def _array(value, where, shape, low, high, dtype=np.int64, integer=True, max_sha
     if arr.size and not (np.isfinite(arr).all() and arr.min() >= low and arr.max() <= high):
         raise TraceError(f"not a trace: {where} has values outside [{low}, {high}]")
     return arr.astype(dtype)
+
+
+def _tree(tree: dict, b: Bounds, where: str) -> dict:
+    """An EAGLE-2 tree (schema-checked) whose nodes form a tree on the grid: parents before
+    children, depths one more than the parent's, tokens in the codebook, accepted nodes a path."""
+    n = len(tree["token"])
+    if any(len(tree[k]) != n for k in ("parent", "depth", "q", "status")):
+        raise TraceError(f"not a trace: {where}: token, parent, depth, q and status must have one entry per node")
+    for j in range(n):
+        parent, depth = tree["parent"][j], tree["depth"][j]
+        if not -1 <= parent < j:
+            raise TraceError(f"not a trace: {where}/parent/{j} must be -1 or an earlier node")
+        if depth != (1 if parent < 0 else tree["depth"][parent] + 1) or tree["root"] + depth >= b.cells:
+            raise TraceError(f"not a trace: {where}/depth/{j} does not follow its parent on the grid")
+        if not 0 <= tree["token"][j] < b.vocab:
+            raise TraceError(f"not a trace: {where}/token/{j} is outside the codebook")
+        if tree["status"][j] == 1 and parent >= 0 and tree["status"][parent] != 1:
+            raise TraceError(f"not a trace: {where}/status/{j}: an accepted node under an unaccepted parent")
+    accepted_depths = [d for d, st in zip(tree["depth"], tree["status"], strict=True) if st == 1]
+    if sorted(accepted_depths) != list(range(1, len(accepted_depths) + 1)):
+        raise TraceError(f"not a trace: {where}: the accepted nodes are not one path from the root")
+    if tree["next"] is not None and not 0 <= tree["next"] < b.vocab:
+        raise TraceError(f"not a trace: {where}/next is outside the codebook")
+    return {k: list(v) if isinstance(v, list) else v for k, v in tree.items()}
 
 
 def _text(value: str, where: str) -> str:

@@ -246,3 +246,71 @@ def gif(frames: Iterable[np.ndarray], seconds_per_frame: float = 0.6) -> bytes:
     rest = (Image.fromarray(f) for f in frames)
     first.save(buf, format="GIF", save_all=True, append_images=rest, duration=int(seconds_per_frame * 1000), loop=0)
     return buf.getvalue()
+
+
+def _tree_rows(parents: list[int]) -> dict[int, float]:
+    """A row for each node (-1: the root): leaves one row apart in depth-first order, parents
+    centred on their children."""
+    children: dict[int, list[int]] = {}
+    for j, p in enumerate(parents):
+        children.setdefault(p, []).append(j)
+    rows: dict[int, float] = {}
+
+    def place(node: int, next_row: list[float]) -> float:
+        kids = children.get(node, [])
+        if not kids:
+            rows[node] = next_row[0]
+            next_row[0] += 1
+        else:
+            rows[node] = float(np.mean([place(k, next_row) for k in kids]))
+        return rows[node]
+
+    place(-1, [0.0])
+    return rows
+
+
+def tree_figure(rnd: Round, grid_width: int) -> Figure:
+    """EAGLE-2's draft tree of one round: a column per position after the root, one box per
+    proposed token (its code and drafter probability), green where accepted, red where tried and
+    rejected, grey where never tried; the token drawn after the accepted path in amber."""
+    tree = rnd.tree
+    fig = Figure(figsize=(8, 3.6), dpi=150)
+    ax = fig.subplots()
+    ax.axis("off")
+    if not tree:
+        ax.text(0.5, 0.5, "no draft tree in this round (EAGLE-2 rounds have one)", ha="center", va="center")
+        return fig
+    parents, depths = tree["parent"], tree["depth"]
+    rows = _tree_rows(parents)
+    status_color = {0: COLORS["pending"], 1: COLORS["accepted"], 2: COLORS["rejected"]}
+    path = [j for j, s in enumerate(tree["status"]) if s == 1]
+    last = max(path, key=lambda j: depths[j]) if path else -1
+    for j, parent in enumerate(parents):
+        ax.plot([depths[j] - 1, depths[j]], [rows[parent], rows[j]], color="#a1a1aa", linewidth=0.6, zorder=1)
+    boxes = [(0, rows[-1], "root", "#e4e4e7")]
+    boxes += [
+        (depths[j], rows[j], f"{tree['token'][j]}\n{tree['q'][j]:.2f}", status_color[tree["status"][j]])
+        for j in range(len(parents))
+    ]
+    if tree["next"] is not None:
+        depth = depths[last] + 1 if last >= 0 else 1
+        ax.plot([depth - 1, depth], [rows[last], rows[last]], color=COLORS["reopened"], linewidth=1.2, zorder=1)
+        boxes.append((depth, rows[last], f"{tree['next']}\nnext", COLORS["reopened"]))
+    font = 6 if len(parents) > 40 else 7
+    for x, y, text, color in boxes:
+        ax.text(x, y, text, ha="center", va="center", fontsize=font, zorder=2,
+                bbox=dict(boxstyle="round,pad=0.25", facecolor=color, edgecolor="white", linewidth=0.5))  # fmt: skip
+    top = max(depths, default=0) + (1 if tree["next"] is not None else 0)
+    for d in range(1, top + 1):
+        row, col = divmod(tree["root"] + d, grid_width)
+        ax.text(d, -1.2, f"({row}, {col})", ha="center", va="center", fontsize=6, color="#52525b")
+    ax.set_xlim(-0.6, top + 0.6)
+    ax.set_ylim(max(rows.values()) + 0.8, -1.8)
+    tried = sum(s != 0 for s in tree["status"])
+    ax.set_title(
+        f"round {rnd.index}: {len(parents)} nodes, depth {max(depths, default=0)}, {tried} tried, "
+        f"{len(path)} accepted (code / drafter probability; green accepted, red rejected, grey untried)",
+        fontsize=7,
+    )
+    fig.tight_layout()
+    return fig

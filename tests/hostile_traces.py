@@ -40,6 +40,14 @@ def _sparse(shape, fill, at, values) -> dict:
     return {"shape": shape, "fill": fill, "at": at, "values": values}
 
 
+def _tree(**changes) -> dict:
+    """An EAGLE-2 draft tree (root at raster position 2, a path of two nodes and a sibling)."""
+    tree = {"root": 2, "token": [1, 4, 2], "parent": [-1, 0, 0], "depth": [1, 2, 2], "q": [0.6, 0.3, 0.2]}
+    tree.update(status=[1, 2, 0], next=3)
+    tree.update(changes)
+    return tree
+
+
 def _max_valid(base: dict) -> str:
     """The heaviest trace the app accepts: a 64x64 grid (the largest), as many rounds as fit
     under the size limit, of a family this server has not loaded (pictures as code colours)."""
@@ -92,6 +100,24 @@ def corpus(base: dict) -> dict[str, tuple[str | bytes, str]]:
         "grid_wrong_shape": (dump(_with(base, tokens=_grid(4, 4))), "tokens is not a 8x8 grid"),
         "low_draft_too_big": (dump(_round_with(base, low_draft=_grid(9, 9))), "low_draft is larger than the 8x8 grid"),
         "round_index": (dump(_round_with(base, index=5)), "rounds/0 has index 5"),
+        "tree_valid": (dump(_round_with(base, tree=_tree())), ""),
+        "tree_parent_later": (
+            dump(_round_with(base, tree=_tree(parent=[-1, 2, 0]))),
+            "tree/parent/1 must be -1 or an earlier node",
+        ),
+        "tree_depth_skips": (dump(_round_with(base, tree=_tree(depth=[1, 3, 2]))), "tree/depth/1 does not follow"),
+        "tree_off_grid": (dump(_round_with(base, tree=_tree(root=62))), "tree/depth/1 does not follow its parent on"),
+        "tree_token_beyond_codebook": (dump(_round_with(base, tree=_tree(token=[1, 500, 2]))), "token/1 is outside"),
+        "tree_two_paths": (
+            dump(_round_with(base, tree=_tree(parent=[-1, -1, 0], depth=[1, 1, 2], status=[1, 1, 0]))),
+            "accepted nodes are not one path",
+        ),
+        "tree_ragged": (dump(_round_with(base, tree=_tree(q=[0.5]))), "one entry per node"),
+        "tree_huge": (
+            dump(_round_with(base, tree=_tree(token=[1] * 5000, parent=[-1] * 5000, depth=[1] * 5000))),
+            r"too long \(at most 255\)",
+        ),
+        "tree_bad_status": (dump(_round_with(base, tree=_tree(status=[1, 7, 0]))), r"7 is not one of"),
         "lone_surrogate": (dump(_with(base, prompt="red \ud800 apple")), "prompt is not valid text"),
         "long_prompt": (dump(_with(base, prompt="x" * 100_000)), r"too long \(at most 2048\) \(at prompt\)"),
         "many_warnings": (dump(_with(base, warnings=["w"] * 5000)), r"too long \(at most 64\) \(at warnings\)"),

@@ -64,6 +64,7 @@ def test_same_request_same_images(finished):
         ({"seed": "abc"}, "seed must be an integer"),
         ({"seed": -4}, "seed must be an integer"),
         ({"third": "eagle"}, "third method must be one of"),
+        ({"tree_top_k": 0}, "tree_top_k must be"),
     ],
 )
 def test_bad_inputs_are_clear_errors_and_the_next_request_works(kwargs, message):
@@ -109,7 +110,8 @@ def test_rounds_scrub_and_latency(finished):
     every_layer = ["accepted", "rejected", "reopened", "t0"]
     first = handlers.show_round(state, "MuLo-SD", 0, 0.55, every_layer)
     last = handlers.show_round(state, "MuLo-SD", len(trace.rounds) - 1, 0.55, every_layer)
-    assert len(first) == 8 and "round 1 /" in first[6]
+    assert len(first) == 9 and "round 1 /" in first[6]
+    assert first[8].visible is False  # MuLo-SD's rounds have no draft tree
     sizes = {Image.open(p).size for p in first[:6]}
     assert sizes == {(DISPLAY, DISPLAY)}
     # different rounds draw different acceptance maps
@@ -122,6 +124,22 @@ def test_rounds_scrub_and_latency(finished):
     assert handlers.step_round(len(trace.rounds) - 1, 1, state, "MuLo-SD") == len(trace.rounds) - 1
     with pytest.raises(gr.Error, match="generate or load a trace first"):
         handlers.show_round(None, "MuLo-SD", 0, 0.5, [])
+
+
+def test_eagle2_in_the_third_column_shows_each_rounds_draft_tree():
+    _, final = run(third="eagle2", tree_budget=12, tree_depth=3, tree_top_k=3)
+    state = final[-1]
+    assert state["order"] == ["AR", "MuLo-SD", "eagle2"]
+    trace = state["views"]["eagle2"].trace
+    assert trace.config["tree_budget"] == 12 and all(len(r.tree["token"]) <= 11 for r in trace.rounds)
+    assert "tree nodes per round" in final[5] and "tokens per round" in final[5]
+    shown = handlers.show_round(state, "eagle2", 1, 0.55, ["accepted"])
+    assert shown[8].visible is True and "draft tree" in shown[6]
+    assert shown[8].value is not None
+    exported = handlers.export_figure(state, "eagle2", 1)
+    assert Path(exported).name.startswith("tree-round2-eagle2") and Image.open(exported).size[0] > 600
+    with pytest.raises(gr.Error, match="tree_depth must be an integer in \\[1, 12\\]"):
+        run(third="eagle2", tree_depth=40)
 
 
 def test_token_history_names_its_rounds(finished):

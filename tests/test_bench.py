@@ -30,13 +30,24 @@ def test_quick_table_has_every_label_and_the_contract_fields(result):
     assert result["verification_pass_s"] > 0
 
 
+def test_tree_and_chain_rows_report_their_accepted_length(result):
+    rows = result["methods"]
+    eagle = rows["eagle2"]
+    assert eagle["accepted_length"] >= 1 and 1 <= eagle["tree_size"] <= 59  # the default budget: 59 nodes
+    assert rows["sd"]["accepted_length"] >= 1 and rows["sd"]["tree_size"] is None
+    assert rows["ar"]["accepted_length"] is None and rows["mulo-v2-r2"]["tree_size"] is None
+    assert "| tokens / round | tree nodes |" in bench.markdown(result)
+
+
 def test_nfe_speedup_weights_drafter_passes_by_their_measured_step_cost(result):
     rows, cost = result["methods"], result["step_cost"]
-    assert set(cost) == {"drafter_r2", "drafter_r4", "draft_model"} and all(c > 0 for c in cost.values())
+    assert set(cost) == {"drafter_r2", "drafter_r4", "draft_model", "eagle_head"}
+    assert all(c > 0 for c in cost.values())
     ar_passes = rows["ar"]["nfe"]["target"]
     assert rows["ar"]["nfe_speedup"] == 1.0
     assert rows["zipar"]["nfe_speedup"] == pytest.approx(ar_passes / rows["zipar"]["nfe"]["target"])
-    for label, drafter in (("sd", "draft_model"), ("mulo-v2-r2", "drafter_r2"), ("mulo-v2-r4", "drafter_r4")):
+    pairs = {"sd": "draft_model", "eagle2": "eagle_head", "mulo-v2-r2": "drafter_r2", "mulo-v2-r4": "drafter_r4"}
+    for label, drafter in pairs.items():
         nfe = rows[label]["nfe"]
         assert rows[label]["nfe_speedup"] == pytest.approx(ar_passes / (nfe["target"] + nfe["drafter"] * cost[drafter]))
     assert "| NFE speed-up |" in bench.markdown(result) and "drafter_r4" in bench.markdown(result)

@@ -58,6 +58,14 @@ def test_tiny_pipeline_end_to_end(engine, method):
     assert torch.equal(again.tokens, result.tokens)  # reproducible from the seed, LLM included
 
 
+def test_eagle2_on_tar_is_a_clear_error_naming_why(engine):
+    from mulo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="no EAGLE head exists for Tar's AR-DTok"):
+        engine.generate("red apple", method="eagle2", seed=0)
+    assert engine.generate("red apple", method="ar", seed=0).tokens.shape == engine.family.grid
+
+
 def test_seed_changes_the_semantic_tokens(engine):
     cond = engine.family.conditioner
     a, b = cond("red apple", 0), cond("red apple", 1)

@@ -124,7 +124,8 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
     from mulo.train import recipes, twemoji
 
     report = twemoji.run(family, tmp_path / "run", tmp_path / "assets", smoke=True)
-    for stage in ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4"):
+    assert 0 <= report["eagle"]["val_top1_agreement"] <= 1 and 0 < report["eagle"]["val_top1_target_prob"] < 1
+    for stage in recipes.STAGES[1:-2]:  # every training stage (not data, export, card)
         assert report[stage]["stage_seconds"] >= 0
     recipe = recipes.RECIPES[family]
     assert report["vq"]["codes"] in recipe.vq_codes
@@ -139,7 +140,7 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
     assert report["target"]["val_loss_zipar_w8"] > 0
     assets = tmp_path / "assets"
     sizes = {p.name: p.stat().st_size for p in assets.glob("*.safetensors")}
-    assert len(sizes) == 8 and max(sizes.values()) < 10 * 2**20 and sum(sizes.values()) < 40 * 2**20
+    assert len(sizes) == 9 and max(sizes.values()) < 10 * 2**20 and sum(sizes.values()) < 40 * 2**20
     card = (assets / "MODEL_CARD.md").read_text()
     assert "CC-BY 4.0" in card and "samples_ar.png" in card
     metrics = json.loads((assets / "metrics.json").read_text())
@@ -167,3 +168,15 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
     assert result.image.shape == (px, px, 3)
     assert result.trace.warnings == ["unknown words ignored: zebraish"]
     assert torch.equal(engine.generate(prompt, "ar", 1).tokens, engine.generate(prompt, "ar", 1).tokens)
+    assert fam.eagle_head is not None  # EAGLE-2 runs on the trained head, greedy exactly AR
+    greedy = {"temperature": 0.0}
+    eagle = engine.generate(prompt, "eagle2", 1, greedy)
+    assert torch.equal(eagle.tokens, engine.generate(prompt, "ar", 1, greedy).tokens)
+    if family == "twemoji-64":  # a family trained before a stage existed gets it on its shipped weights
+        adopted = twemoji.run(family, tmp_path / "adopted", tmp_path / "assets2", smoke=True, adopt=assets,
+                              only=["data", "clip", "vq", "tokens", "target", "eagle"])  # fmt: skip
+        assert adopted["target"]["adopted_from"] == str(assets) and "adopted_from" not in adopted["eagle"]
+        assert adopted["target"]["stage_seconds"] == report["target"]["stage_seconds"]  # not retrained
+        shipped = family_mod._load(assets, "target")[1]
+        again = torch.load(tmp_path / "adopted" / "target.pt", weights_only=True)
+        assert all(torch.equal(shipped[k], again[k]) for k in shipped)

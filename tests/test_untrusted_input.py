@@ -76,10 +76,11 @@ def test_trace_bounds_cover_every_family(toy):
         assert len(Trace.from_json(longest).rounds) == side * side
 
 
-@pytest.mark.parametrize("method", ["sd", "sjd"])
+@pytest.mark.parametrize("method", ["sd", "sjd", "eagle2"])
 def test_a_32x32_trace_of_the_methods_with_most_rounds_fits_the_limit(method):
     """At Tar-512 geometry (32x32 tokens) the token-level methods write a round per few tokens
-    (the random toy models accept little: ~800 rounds); their sparse grids keep the file small."""
+    (the random toy models accept little: ~800 rounds); their sparse grids keep the file small,
+    EAGLE-2's 59-node draft tree per round included."""
     from mulo.engine import Engine
     from mulo.families import toy
 

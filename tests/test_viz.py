@@ -106,3 +106,25 @@ def test_views_pickle_for_zerogpu(mulo_view):
     again = pickle.loads(pickle.dumps(view))
     assert again.trace.to_dict() == view.trace.to_dict()
     assert all(np.array_equal(a, b) for a, b in zip(again.canvases, view.canvases, strict=True))
+
+
+def test_draft_tree_figure_lays_out_nodes_and_colours_their_verdicts():
+    from matplotlib.colors import to_rgba
+
+    # root -> 0 (accepted) -> 2 (rejected), 3 (untried); root -> 1 (rejected); next token 9
+    rows = viz._tree_rows([-1, -1, 0, 0])
+    assert rows[2] == 0 and rows[3] == 1 and rows[1] == 2  # leaves one row apart, depth first
+    assert rows[0] == 0.5 and rows[-1] == (0.5 + 2) / 2  # parents centred on their children
+    rnd = Round.empty(3, "round 3", (4, 4), np.full((4, 4), -1))
+    rnd.tree = {"root": 5, "token": [1, 2, 3, 4], "parent": [-1, -1, 0, 0], "depth": [1, 1, 2, 2],
+                "q": [0.5, 0.2, 0.4, 0.1], "status": [1, 2, 2, 0], "next": 9}  # fmt: skip
+    fig = viz.tree_figure(rnd, grid_width=4)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "9\nnext" in texts and "1\n0.50" in texts and "(1, 2)" in texts  # position 6 = row 1, col 2
+    colours = {t.get_text(): t.get_bbox_patch().get_facecolor() for t in fig.axes[0].texts if t.get_bbox_patch()}
+    assert colours["1\n0.50"] == to_rgba(viz.COLORS["accepted"])
+    assert colours["3\n0.40"] == to_rgba(viz.COLORS["rejected"])
+    assert colours["4\n0.10"] == to_rgba(viz.COLORS["pending"])
+    assert "4 nodes, depth 2, 3 tried, 1 accepted" in fig.axes[0].get_title()
+    rnd.tree = None
+    assert "no draft tree" in viz.tree_figure(rnd, 4).axes[0].texts[0].get_text()

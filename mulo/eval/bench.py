@@ -31,6 +31,7 @@ import torch
 from mulo import methods
 from mulo.engine import Engine, versions
 from mulo.eval.quality import Quality
+from mulo.methods.eagle2 import HeadRunner
 from mulo.runner import ModelRunner
 
 # label -> (method, knobs on top of the family's defaults). v1 = raster resampling, sequential
@@ -41,23 +42,24 @@ SPECS: dict[str, tuple[str, dict]] = {
     "sjd": ("sjd", {}),
     "sd": ("sd", {}),
     "lantern": ("lantern", {}),
+    "eagle2": ("eagle2", {}),
     "mulo-v1-r2": ("mulo", {"r": 2, "resampling": "raster", "drafting": "sequential"}),
     "mulo-v2-r2": ("mulo", {"r": 2, "resampling": "islands", "drafting": "zipar"}),
     "mulo-v1-r4": ("mulo", {"r": 4, "resampling": "raster", "drafting": "sequential"}),
     "mulo-v2-r4": ("mulo", {"r": 4, "resampling": "islands", "drafting": "zipar"}),
 }
-QUICK_LABELS = ["ar", "zipar", "sjd", "sd", "lantern", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
+QUICK_LABELS = ["ar", "zipar", "sjd", "sd", "lantern", "eagle2", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
 FALLBACK_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "sun", "ghost", "banana"]
 DRAFT_PHASES = ("drafter", "upsample", "downsample")
 
 
 def drafter_of(engine: Engine, label: str) -> str | None:
     """Which of the family's drafting models ``label`` runs (the registry's needs): "draft_model",
-    "drafter_r<r>", or None."""
+    "eagle_head", "drafter_r<r>", or None."""
     method, knobs = SPECS[label]
     needs = methods.get(method).needs
-    if "draft_model" in needs:
-        return "draft_model"
+    if "draft_model" in needs or "eagle_head" in needs:
+        return next(need for need in needs if need in ("draft_model", "eagle_head"))
     if "drafter" in needs:
         return f"drafter_r{engine.make_config(knobs).r}"
     return None
@@ -74,22 +76,39 @@ def step_costs(engine: Engine, prompt: str, steps: int = 16, repeats: int = 3) -
     if fam.draft_model is not None:
         models["draft_model"] = fam.draft_model
 
-    def seconds_per_step(model) -> float:
+    def best_of(step, count: int) -> float:
         best = float("inf")
         for _ in range(repeats + 1):  # the first run warms the allocator up
-            runner = ModelRunner(model, cond, config.guidance, 1.0, 0, 1.0)
-            runner.prefill()
-            seq = torch.zeros(model.cfg.max_seq_len, dtype=torch.long)
-            count = min(steps, model.cfg.max_seq_len - 1)
+            run = step()
             start = time.perf_counter()
             for u in range(1, count + 1):
-                runner.next_logits(seq, u)
+                run(u)
             if fam.device.type == "cuda":
                 torch.cuda.synchronize()
             best = min(best, (time.perf_counter() - start) / count)
         return best
 
+    def model_steps(model):
+        runner = ModelRunner(model, cond, config.guidance, 1.0, 0, 1.0)
+        runner.prefill()
+        seq = torch.zeros(model.cfg.max_seq_len, dtype=torch.long)
+        return lambda u: runner.next_logits(seq, u)
+
+    def head_steps():  # one new slot per catch-up: the head's single-token step with its output head
+        runner = ModelRunner(fam.target, cond, config.guidance, 1.0, 0, 1.0)
+        runner.prefill()
+        head = HeadRunner(fam.eagle_head, runner, scratch=1)
+        head.set_features(range(runner.n_cond), runner.cond_hidden)
+        seq = torch.zeros(fam.target.cfg.max_seq_len, dtype=torch.long)
+        head.catch_up(seq, 0)
+        return lambda u: head.catch_up(seq, u)
+
+    def seconds_per_step(model) -> float:
+        return best_of(lambda: model_steps(model), min(steps, model.cfg.max_seq_len - 1))
+
     times = {name: seconds_per_step(model) for name, model in models.items()}
+    if getattr(fam, "eagle_head", None) is not None:
+        times["eagle_head"] = best_of(head_steps, min(steps, fam.target.cfg.max_seq_len - 2))
     return {name: t / times["target"] for name, t in times.items() if name != "target"}
 
 
@@ -107,6 +126,8 @@ class Request:
     reopened: float
     rounds: int
     draft_s: float
+    accepted_length: float | None  # chain and tree methods: tokens committed per round
+    tree_size: float | None  # EAGLE-2: draft-tree nodes per round
     image: np.ndarray = field(repr=False)
 
 
@@ -132,6 +153,8 @@ def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict 
         reopened=s["reopened_fraction"],
         rounds=s["rounds"],
         draft_s=sum(s["timings_s"].get(p, 0.0) for p in DRAFT_PHASES),
+        accepted_length=s["mean_accepted_length"],
+        tree_size=s["mean_tree_size"],
         image=result.image,
     )
 
@@ -187,6 +210,8 @@ def summarise(recs: list[Request], ar: list[Request] | None, one_pass: float, qu
         "acceptance": _mean([r.acceptance for r in recs]),
         "reopened": float(np.mean([r.reopened for r in recs])),
         "rounds": float(np.mean([r.rounds for r in recs])),
+        "accepted_length": _mean([r.accepted_length for r in recs]),
+        "tree_size": _mean([r.tree_size for r in recs]),
         "fd": None,
         "adherence": None,
     }
@@ -227,7 +252,8 @@ def markdown(result: dict) -> str:
         f"costs {_costs(result.get('step_cost', {}))} of a target step.\n\n"
     )
     cols = "| method | latency s (median) | speed-up | NFE speed-up | NFE target | NFE drafter | acceptance "
-    cols += "| re-opened | rounds | FD | adherence | ideal speed-up | of ideal |\n|" + "---|" * 13 + "\n"
+    cols += "| re-opened | rounds | tokens / round | tree nodes | FD | adherence | ideal speed-up | of ideal |\n|"
+    cols += "---|" * 15 + "\n"
     lines = []
     for label, row in result["methods"].items():
         cells = [
@@ -239,6 +265,8 @@ def markdown(result: dict) -> str:
             _fmt(row["acceptance"], "{:.3f}"),
             f"{row['reopened']:.3f}",
             f"{row['rounds']:.1f}",
+            _fmt(row.get("accepted_length"), "{:.2f}"),
+            _fmt(row.get("tree_size"), "{:.1f}"),
             _fmt(row["fd"], "{:.3f}"),
             _fmt(row["adherence"], "{:.3f}"),
             _fmt(row.get("ideal_speedup"), "{:.2f}x"),
@@ -328,7 +356,7 @@ def save(result: dict, out_dir: Path | None, json_path: Path | None) -> None:
 # quality, and ahead of the baselines that also keep it (the paper's ordering).
 GOALS = {"mulo-v2-r2": {"nfe_speedup": 2.0, "speedup": 1.6}, "mulo-v2-r4": {"nfe_speedup": 3.5, "speedup": 2.5}}
 QUALITY_TOLERANCE = {"fd": 0.10, "adherence": 0.03}  # FD within 10 % of AR's, adherence within 3 points
-ORDERING_BASELINES = ("zipar", "sjd", "sd", "lantern")
+ORDERING_BASELINES = ("zipar", "sjd", "sd", "lantern", "eagle2")
 NAMES = {"nfe_speedup": "by NFE", "speedup": "wall-clock"}
 
 

@@ -5,6 +5,8 @@ drafters     {r: AR model on the grid r times coarser} (MuLo-SD)
 draft_model  small AR model on the target's own grid (SD / LANTERN), or None
 vq           the VQ tokenizer shared by every resolution
 upsamplers   {r: learned token up-sampler}; the pixel up/down-sampler is built from vq
+eagle_head   EAGLE's feature-level draft head trained on the target (EAGLE-2), or None;
+             ``no_eagle_head`` then says why (the error a request for eagle2 gets)
 conditioner  prompt -> condition tensor for every AR model of the family:
              ``check(prompt)`` validates cheaply (raises ValueError), ``(prompt, seed)`` computes
              the condition (seeded where it samples, as Tar's LLM does), ``ignored(prompt)``
@@ -54,6 +56,8 @@ class Family:
         upsamplers: dict | None = None,
         defaults: dict | None = None,
         evaluation: Evaluation | None = None,
+        eagle_head=None,
+        no_eagle_head: str | None = None,
     ):
         self.name = name
         self.target = target.eval()
@@ -64,6 +68,8 @@ class Family:
         self.upsamplers = {r: m.eval() for r, m in (upsamplers or {}).items()}
         self.defaults = dict(defaults or {})  # recommended knob values for this family
         self.evaluation = evaluation
+        self.eagle_head = None if eagle_head is None else eagle_head.eval()
+        self.no_eagle_head = no_eagle_head
         self._neighbours = NeighbourTable(vq.codebook)
         self._pixel = {}
 
@@ -113,7 +119,8 @@ class Family:
         return self._pixel[r]
 
     def to(self, device) -> Family:
-        for model in [self.target, self.draft_model, *self.drafters.values(), *self.upsamplers.values()]:
+        models = [self.target, self.draft_model, self.eagle_head, *self.drafters.values(), *self.upsamplers.values()]
+        for model in models:
             if model is not None:
                 model.to(device)
         self.vq.model.to(device)

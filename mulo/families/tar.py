@@ -200,7 +200,16 @@ def build_from_paths(paths: Paths, ratio: int, device="cpu", dtype=None, name="t
         raise ValueError(f"target grid {th}x{tw} is not {ratio}x the drafter grid {dh}x{dw}")
     # The VQ tokenizer runs in fp32 (small, and the pixel up/down-sampler compares its codes).
     vq = load_vq16(paths.vq, device=device)
-    return Family(name, target, {ratio: drafter}, vq, TarConditioner(llm, ta_tok), defaults=DEFAULTS)
+    return Family(
+        name, target, {ratio: drafter}, vq, TarConditioner(llm, ta_tok), defaults=DEFAULTS, no_eagle_head=NO_EAGLE_HEAD
+    )
+
+
+# EAGLE-2 drafts with a head trained on the target's own hidden states; nobody has released one
+# for AR-DTok and ours are trained on a family's training set, which Tar's is not (2 cores, no data).
+NO_EAGLE_HEAD = (
+    "no EAGLE head exists for Tar's AR-DTok (none was released, and one is trained on the target's own training data)"
+)
 
 
 def build(name: str = "tar", device: str = "cpu"):

@@ -1,8 +1,8 @@
 """The ``toy`` family: tiny random models built in code, deterministic from a seed.
 
-It exercises every code path of the engine (multi-scale drafters, same-grid draft model, pixel
-and learned up-samplers, a real ``diffusers.VQModel``) in well under a second per generation,
-before any trained weights exist. Its images are noise: it is for tests and debugging.
+It exercises every code path of the engine (multi-scale drafters, same-grid draft model, an
+EAGLE head, pixel and learned up-samplers, a real ``diffusers.VQModel``) in well under a second
+per generation, before any trained weights exist. Its images are noise: it is for tests and debugging.
 
 Target 8x8 tokens (32 px), drafters 4x4 (r=2) and 2x2 (r=4), vocabulary 128.
 """
@@ -15,6 +15,7 @@ import torch
 from diffusers import VQModel
 
 from mulo.families.base import Family
+from mulo.models.eagle import head_for
 from mulo.models.gpt import GPT, GPTConfig, init_random_
 from mulo.models.upsample import TokenUpsampler
 from mulo.models.vq import VQTokenizer
@@ -113,4 +114,5 @@ def build(seed: int = 0, grid: int = GRID) -> Family:
         HashedWords(COND_LEN, COND_DIM, seed),
         draft_model=draft_model,
         upsamplers=upsamplers,
+        eagle_head=init_random_(head_for(target), seed + 8, std=0.3),
     )

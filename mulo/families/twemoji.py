@@ -17,6 +17,7 @@ from diffusers import VQModel
 from safetensors.torch import load_file
 
 from mulo.families.base import Evaluation, Family
+from mulo.models.eagle import EagleHead
 from mulo.models.gpt import GPT, GPTConfig
 from mulo.models.text import MiniCLIP, words
 from mulo.models.upsample import TokenUpsampler
@@ -110,9 +111,14 @@ def build(folder: str | Path | None = None, name: str = "twemoji") -> Family:
         upsamplers[r].load_state_dict(state)
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
     aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
+    target = _gpt(folder, "target")
+    head = None
+    if (folder / "eagle_head.safetensors").exists():  # EAGLE-2's head, trained on this target
+        head = EagleHead(target.cfg)
+        head.load_state_dict(_load(folder, "eagle_head")[1])
     return Family(
         name,
-        _gpt(folder, "target"),
+        target,
         {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
         vq,
         PromptConditioner(clip.eval(), aliases),
@@ -120,4 +126,6 @@ def build(folder: str | Path | None = None, name: str = "twemoji") -> Family:
         upsamplers=upsamplers,
         defaults=defaults,
         evaluation=Evaluation(folder, clip),  # the metrics' files live beside the weights
+        eagle_head=head,
+        no_eagle_head=f"{folder} has no eagle_head.safetensors (train it: python -m mulo train {name} --stages eagle)",
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mulo.config import ConfigError, knob_keys
-from mulo.methods import ar, sjd, speculative, zipar
+from mulo.methods import ar, eagle2, sjd, speculative, zipar
 from mulo.methods import mulo as mulo_sd
 
 # Knobs every method reads: the target (and any drafter) samples this way.
@@ -34,6 +34,12 @@ def _needs_learned_upsampler(family, config, method: str) -> None:
         raise ConfigError(f"upsampler=learned has no model for r={config.r} in family {family.name}")
 
 
+def _needs_eagle_head(family, config, method: str) -> None:
+    if getattr(family, "eagle_head", None) is None:
+        why = getattr(family, "no_eagle_head", None) or "none was trained for its target"
+        raise ConfigError(f"method {method} needs an EAGLE draft head for family {family.name}: {why}")
+
+
 # What a method may need beyond the target, checked before it runs. (``config.validate`` also
 # refuses an r without a drafter for every request, so "drafter" names the model more than it
 # adds a check: the benchmark reads it to know whose steps a method's drafter passes are.)
@@ -41,6 +47,7 @@ NEEDS: dict[str, Callable] = {
     "draft_model": _needs_draft_model,  # a small AR model on the target's own grid
     "drafter": _needs_drafter,  # the low-resolution AR model of the request's r
     "learned_upsampler": _needs_learned_upsampler,  # when the request picks upsampler=learned
+    "eagle_head": _needs_eagle_head,  # a feature-level draft head trained on the target (EAGLE-2)
 }
 
 
@@ -131,5 +138,11 @@ register(
     Method(
         "mulo", "MuLo-SD", mulo_sd.generate, "MuLo-SD: low-res drafter, up-sampled drafts, local resampling",
         knobs=MULO_KNOBS, needs=("drafter", "learned_upsampler"), baseline=False,
+    )
+)  # fmt: skip
+register(
+    Method(
+        "eagle2", "EAGLE-2", eagle2.generate, "EAGLE-2: feature-level draft head, dynamic draft tree (lossless)",
+        knobs=("tree_budget", "tree_depth", "tree_top_k"), needs=("eagle_head",), chain=True,
     )
 )  # fmt: skip

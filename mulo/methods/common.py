@@ -38,10 +38,11 @@ class DecodeContext:
     def round_count(self) -> int:
         return self._rounds
 
-    def runner(self, model, role: str, refresh: bool = True) -> ModelRunner:
-        """A runner of ``model`` for this request, counted under ``role`` ("target" / "drafter")."""
+    def runner(self, model, role: str, refresh: bool = True, scratch: int = 0) -> ModelRunner:
+        """A runner of ``model`` for this request, counted under ``role`` ("target" / "drafter");
+        ``scratch`` extra cache slots hold draft-tree nodes (EAGLE-2)."""
         c = self.config
-        runner = ModelRunner(model, self.cond, c.guidance, c.temperature, c.top_k, c.top_p, refresh)
+        runner = ModelRunner(model, self.cond, c.guidance, c.temperature, c.top_k, c.top_p, refresh, scratch)
         self.runners[role].append(runner)
         return runner
 

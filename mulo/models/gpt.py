@@ -228,18 +228,22 @@ class GPT(nn.Module):
         return self.tok_embeddings(tokens)
 
     # -- forward ------------------------------------------------------------------------
-    def forward_embeddings(
+    def forward_hidden(
         self,
         x: torch.Tensor,
         slots: torch.Tensor,
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        pe_slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Run embedded inputs ``x [B, Q, dim]`` placed at ``slots [Q]``; returns logits [B, Q, V].
+        """Run embedded inputs ``x [B, Q, dim]`` placed at ``slots [Q]``; returns the normalised
+        last hidden state ``[B, Q, dim]`` (the output head's input, EAGLE's "feature").
 
         With a cache, ``mask [Q, S']`` (S' <= n_slots) is each query's boolean row over cache
         slots; it is intersected with the written slots (including those written by this call).
         Without a cache, ``mask [Q, Q]`` is over the inputs themselves (causal when None).
+        ``pe_slots`` (default ``slots``) picks each input's position embedding: a draft-tree node
+        is written to a scratch slot past the image but sits at its image position.
         """
         q_len = x.shape[1]
         if cache is not None:  # (without one, a None mask reaches the attention as is_causal)
@@ -250,10 +254,14 @@ class GPT(nn.Module):
             own = mask[torch.arange(q_len, device=x.device), slots.clamp(max=mask.shape[1] - 1)]
             if not bool(own.all()) or int(slots.max()) >= mask.shape[1]:
                 raise ValueError("every query must see its own slot")
-        h = x + self.abs_pe[0, slots].to(x.dtype)
+        h = x + self.abs_pe[0, slots if pe_slots is None else pe_slots].to(x.dtype)
         for i, layer in enumerate(self.layers):
             h = layer(h, i, slots, mask, cache)
-        return self.output(self.norm(h)).float()
+        return self.norm(h)
+
+    def forward_embeddings(self, x, slots, mask=None, cache=None, pe_slots=None) -> torch.Tensor:
+        """``forward_hidden``'s pass, returning float32 logits ``[B, Q, V]``."""
+        return self.output(self.forward_hidden(x, slots, mask, cache, pe_slots)).float()
 
     def forward(self, tokens: torch.Tensor | None, cond: torch.Tensor, mask: torch.Tensor | None = None):
         """Teacher-forced pass over [cond, tokens] (no cache), causal unless ``mask [S, S]`` (over

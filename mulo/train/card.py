@@ -425,6 +425,12 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   the token-level baselines `sd` and `lantern`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle
   (width 128, 3 blocks), token cross-entropy on images encoded at both resolutions.
+- **EAGLE-2 draft head** (`eagle_head`, baseline `eagle2`): one decoder layer of the target's width fed
+  with the target's last hidden state and the next input's embedding (through a linear fusion), reusing
+  the target's embeddings and output head; trained on the frozen target's features of the training
+  sequences (same text mix and condition dropout) to predict the next feature (smooth L1, features
+  perturbed by uniform noise of {budget.get("eagle_noise", 0)}) and the target's next-token
+  distribution (weight {budget.get("eagle_cls_weight", 0)}).
 
 Weights are stored as fp16 safetensors with JSON configs and loaded as float32.
 

@@ -11,6 +11,7 @@ resumable and skipped once its output exists in the run folder:
   tokens     every image encoded at the three sizes; text conditions precomputed
   target, drafter_r2, drafter_r4, draft_model   AR models on the target grid, /2, /4, target grid (small)
   upsampler_r2, upsampler_r4                      learned token up-samplers
+  eagle      EAGLE-2's feature-level draft head, on the frozen target's features
   export     fp16 safetensors + JSON configs into the assets folder
 """
 
@@ -22,6 +23,7 @@ import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -293,19 +295,56 @@ class Pipeline:
             conds[name] = conds[name].numpy().astype(np.float16)
         np.savez(self.run / "tokens.npz", **grids, **conds, short_ids=short_ids, short_ptr=short_ptr, is_val=d.is_val)
 
-    def stage_ar(self, stage: str) -> None:
+    def ar_data(self, side: int) -> SimpleNamespace:
+        """The training material of an AR model on a ``side`` x ``side`` grid: token sequences,
+        the precomputed text conditions, the split and the sampling weights of training images."""
         z = np.load(self.run / "tokens.npz")
         if "cond_short" not in z.files:
             raise RuntimeError(
                 f"{self.run / 'tokens.npz'} predates short prompts: delete it to rebuild the tokens stage"
             )
-        side = self.recipe.grid(stage)
-        tokens = torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(z["is_val"]), -1)
-        cond_name, cond_text, cond_short = (
-            torch.from_numpy(z[k].astype(np.float32)) for k in ("cond_name", "cond_text", "cond_short")
-        )
-        short_ids, short_ptr = z["short_ids"], z["short_ptr"]
         is_val = z["is_val"]
+        train_idx = np.flatnonzero(~is_val)
+        # Every emoji equally likely, its skin-tone variants sharing its weight: variants are
+        # 58 % of the images but near-duplicates, and the base emoji are what prompts ask for.
+        group = np.unique(np.array(self.data.keys)[train_idx], return_inverse=True, return_counts=True)
+        weights = 1.0 / group[2][group[1]]
+        conds = {k: torch.from_numpy(z[k].astype(np.float32)) for k in ("cond_name", "cond_text", "cond_short")}
+        return SimpleNamespace(
+            tokens=torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(is_val), -1),
+            **conds,
+            short_ids=z["short_ids"],
+            short_ptr=z["short_ptr"],
+            is_val=is_val,
+            train_idx=train_idx,
+            weights=weights / weights.sum(),
+        )
+
+    def ar_batch(self, data: SimpleNamespace, rng: np.random.Generator, batch: int):
+        """A training batch: token sequences ``[B, L]`` and their conditions ``[B, T, C]``, each
+        text drawn from the recipe's mix (name / short prompt / description) and dropped to the
+        null condition at the CFG rate."""
+
+        def text_condition(i: int, kind: str) -> torch.Tensor:
+            n_short = data.short_ptr[i + 1] - data.short_ptr[i]
+            if kind == "description":
+                return data.cond_text[i]
+            if kind == "short" and n_short:  # one of the image's short prompts, uniformly
+                return data.cond_short[data.short_ids[data.short_ptr[i] + rng.integers(n_short)]]
+            return data.cond_name[i]  # the name (also for images without a short prompt, "rocket")
+
+        idx = rng.choice(data.train_idx, size=min(batch, len(data.train_idx)), replace=False, p=data.weights)
+        mix = self.budget.ar_text_mix
+        kinds = rng.choice(list(mix), size=len(idx), p=list(mix.values()))
+        cond = torch.stack([text_condition(i, kind) for i, kind in zip(idx, kinds, strict=True)])
+        drop = torch.from_numpy(rng.random(len(idx)) < CFG_DROPOUT)[:, None, None]
+        cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
+        return data.tokens[idx].to(self.device), cond.to(self.device)
+
+    def stage_ar(self, stage: str) -> None:
+        side = self.recipe.grid(stage)
+        data = self.ar_data(side)
+        tokens, cond_name, is_val = data.tokens, data.cond_name, data.is_val
         vocab = self.codes
         cfg = self.recipe.gpt_config(stage, vocab, cond_name.shape[-1])
         torch.manual_seed(self.seed + side)
@@ -313,24 +352,10 @@ class Pipeline:
         model.apply(_init_weights)
         torch.nn.init.normal_(model.abs_pe, std=0.02)
         model.to(self.device)
-        train_idx = np.flatnonzero(~is_val)
-        # Every emoji equally likely, its skin-tone variants sharing its weight: variants are
-        # 58 % of the images but near-duplicates, and the base emoji are what prompts ask for.
-        group = np.unique(np.array(self.data.keys)[train_idx], return_inverse=True, return_counts=True)
-        weights = 1.0 / group[2][group[1]]
-        weights /= weights.sum()
         batch = (self.budget.target_batch if stage == "target" else None) or self.budget.ar_batch
         steps = {"target": self.budget.ar_steps, "draft_model": self.budget.draft_model_steps}.get(
             stage, self.budget.drafter_steps
         )
-
-        def text_condition(i: int, kind: str, rng: np.random.Generator) -> torch.Tensor:
-            n_short = short_ptr[i + 1] - short_ptr[i]
-            if kind == "description":
-                return cond_text[i]
-            if kind == "short" and n_short:  # one of the image's short prompts, uniformly
-                return cond_short[short_ids[short_ptr[i] + rng.integers(n_short)]]
-            return cond_name[i]  # the name (also for images without a short prompt, "rocket")
 
         # The target and the drafters (MuLo-SD v2 drafts ZipAR-style); not the draft model, which
         # SD and LANTERN run token by token.
@@ -342,13 +367,7 @@ class Pipeline:
             # One generator per step, so a stage resumed in a later session draws what an
             # uninterrupted run would have.
             rng = np.random.default_rng([self.seed, sum(map(ord, stage)), step])
-            idx = rng.choice(train_idx, size=min(batch, len(train_idx)), replace=False, p=weights)
-            mix = self.budget.ar_text_mix
-            kinds = rng.choice(list(mix), size=len(idx), p=list(mix.values()))
-            cond = torch.stack([text_condition(i, kind, rng) for i, kind in zip(idx, kinds, strict=True)])
-            drop = torch.from_numpy(rng.random(len(idx)) < CFG_DROPOUT)[:, None, None]
-            cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
-            x = tokens[idx].to(self.device)
+            x, cond = self.ar_batch(data, rng, batch)
             inputs = x[:, :-1]
             noisy = self.budget.input_noise > 0 and step >= self.budget.input_noise_from * steps
             if noisy:  # noisy teacher forcing: predict the clean token anyway
@@ -357,7 +376,7 @@ class Pipeline:
                 inputs = torch.where(noise, random_codes, inputs)
             mask = masks[rng.choice(list(masks))] if rng.random() < zipar_share else None
             with autocast(self.device):
-                logits = model(inputs, cond.to(self.device), mask)
+                logits = model(inputs, cond, mask)
             return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
 
         stats = train(
@@ -380,6 +399,87 @@ class Pipeline:
         torch.save(model.state_dict(), self.run / f"{stage}.pt")
         (self.run / f"{stage}.json").write_text(json.dumps(asdict(cfg)))
         self.record(stage, **stats, **losses, params=sum(p.numel() for p in model.parameters()))
+
+    def load_target(self) -> GPT:
+        from mulo.models.gpt import GPTConfig
+
+        cfg = json.loads((self.run / "target.json").read_text())
+        model = GPT(GPTConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}))
+        model.load_state_dict(torch.load(self.run / "target.pt", map_location="cpu", weights_only=True))
+        return model.to(self.device).eval().requires_grad_(False)
+
+    def stage_eagle(self) -> None:
+        """EAGLE's draft head, trained on the frozen target's own features (teacher-forced on the
+        training sequences, under the AR stages' text mix and CFG dropout, so both guidance branches
+        are in distribution): at slot s it reads the target's feature f_s, perturbed by uniform noise
+        (at generation it reads its own imperfect predictions), and the embedded input at s + 1,
+        and is trained to predict f_{s+1} (smooth L1) and the target's next-token distribution
+        from it (cross-entropy against the target's probabilities, weight ``eagle_cls_weight``)."""
+        from mulo.models.eagle import EagleHead
+
+        target = self.load_target()
+        data = self.ar_data(self.recipe.grid("target"))
+        torch.manual_seed(self.seed + 7)
+        head = EagleHead(target.cfg)
+        head.apply(_init_weights)
+        head.to(self.device)
+        n_cond = target.cfg.cond_len
+        b = self.budget
+
+        @torch.no_grad()
+        def target_features(x, cond):
+            """Embedded inputs and the target's features at every slot ``[B, T + L - 1, dim]``."""
+            embedded = torch.cat([target.embed_condition(cond), target.embed_tokens(x[:, :-1])], dim=1)
+            slots = torch.arange(embedded.shape[1], device=self.device)
+            with autocast(self.device):
+                features = target.forward_hidden(embedded, slots)
+            return embedded, features.float()
+
+        def head_loss(x, cond, noise: float, rng=None):
+            embedded, features = target_features(x, cond)
+            inputs = features[:, :-1]
+            if noise:
+                gen = torch.Generator(device=self.device).manual_seed(int(rng.integers(2**31)))
+                inputs = inputs + noise * (2 * torch.rand(inputs.shape, generator=gen, device=self.device) - 1)
+            slots = torch.arange(inputs.shape[1], device=self.device)
+            with autocast(self.device):
+                predicted = head(target, inputs, embedded[:, 1:], slots)
+            # Only slots whose next feature predicts an image token (from the last condition slot on).
+            predicted, wanted = predicted[:, n_cond - 1 :].float(), features[:, n_cond:]
+            log_q = torch.log_softmax(target.output(predicted).float(), -1)
+            p = torch.softmax(target.output(wanted).float(), -1)
+            regression = F.smooth_l1_loss(predicted, wanted)
+            classification = -(p * log_q).sum(-1).mean()
+            return regression, classification, (log_q.argmax(-1) == p.argmax(-1)).float().mean(), p, log_q
+
+        def loss_fn(step):
+            rng = np.random.default_rng([self.seed, sum(map(ord, "eagle")), step])
+            x, cond = self.ar_batch(data, rng, b.eagle_batch)
+            regression, classification, *_ = head_loss(x, cond, b.eagle_noise, rng)
+            return regression + b.eagle_cls_weight * classification
+
+        stats = train("eagle", head, loss_fn, b.eagle_steps, self.run / "eagle.ckpt", lr=1e-3, every=b.checkpoint_every)
+        # On validation images named by their names: how often the head's most likely next token
+        # is the target's, and the target's probability of it (the acceptance rate of a one-node
+        # tree at temperature 1, guidance off).
+        val = np.flatnonzero(data.is_val)
+        with torch.no_grad():
+            agree, accept = [], []
+            for i in range(0, len(val), 16):
+                idx = val[i : i + 16]
+                _, _, top1, p, log_q = head_loss(
+                    data.tokens[idx].to(self.device), data.cond_name[idx].to(self.device), 0
+                )
+                agree.append(float(top1) * len(idx))
+                accept.append(float(p.gather(-1, log_q.argmax(-1, keepdim=True)).mean()) * len(idx))
+        torch.save(head.state_dict(), self.run / "eagle.pt")
+        self.record(
+            "eagle",
+            **stats,
+            val_top1_agreement=round(sum(agree) / len(val), 4),
+            val_top1_target_prob=round(sum(accept) / len(val), 4),
+            params=sum(p.numel() for p in head.parameters()),
+        )
 
     def stage_upsampler(self, r: int) -> None:
         z = np.load(self.run / "tokens.npz")
@@ -412,6 +512,26 @@ class Pipeline:
         torch.save(up.state_dict(), self.run / f"upsampler_r{r}.pt")
         self.record(f"upsampler_r{r}", **stats, val_token_accuracy=round(acc, 4))
 
+    def adopt(self, folder: Path) -> None:
+        """Seed the run folder from an exported family: its weights (fp16, as float32) and its
+        training report, so a stage added later (the EAGLE head) trains on exactly the shipped
+        models and the next export rewrites them unchanged. What the run has already is kept."""
+        from mulo.families.twemoji import FILES, _load
+
+        for name in FILES:  # each file is its stage's output (name.pt)
+            if (self.run / f"{name}.pt").exists():
+                continue
+            config, state = _load(folder, name)
+            torch.save(state, self.run / f"{name}.pt")
+            if name == "clip":
+                (self.run / "clip_vocab.json").write_text(json.dumps(config["vocab"]))
+            elif name in ("target", "drafter_r2", "drafter_r4", "draft_model"):
+                (self.run / f"{name}.json").write_text(json.dumps(config))
+        adopted = json.loads((folder / "training_report.json").read_text())
+        for stage, entry in adopted.items():
+            self.report.setdefault(stage, {**entry, "adopted_from": str(folder)})
+        self.report_path.write_text(json.dumps(self.report, indent=1))
+
     # -- driver ----------------------------------------------------------------------------------
     def stages(self) -> dict:
         return {
@@ -428,6 +548,7 @@ class Pipeline:
             "draft_model": (lambda: self.stage_ar("draft_model"), "draft_model.pt"),
             "upsampler_r2": (lambda: self.stage_upsampler(2), "upsampler_r2.pt"),
             "upsampler_r4": (lambda: self.stage_upsampler(4), "upsampler_r4.pt"),
+            "eagle": (self.stage_eagle, "eagle.pt"),
             "export": (self.export, None),
             "card": (self.card, None),
         }
@@ -441,6 +562,7 @@ class Pipeline:
                 log.info("stage %s: done already", name)
                 continue
             log.info("stage %s", name)
+            self.report.pop(name, None)  # an adopted or earlier entry: the stage records its own
             start = time.perf_counter()
             fn()
             self.record(name, stage_seconds=round(time.perf_counter() - start, 1))
@@ -462,6 +584,7 @@ class Pipeline:
         save("vq", load("vq"), {k: list(v) if isinstance(v, tuple) else v for k, v in vq_config(self.codes).items()})
         for stage in ("target", "drafter_r2", "drafter_r4", "draft_model"):
             save(stage, load(stage), json.loads((self.run / f"{stage}.json").read_text()))
+        save("eagle_head", load("eagle"), {"of": "target", "n_layer": 1})
         for r in (2, 4):
             save(
                 f"upsampler_r{r}",
@@ -556,7 +679,9 @@ def hardware(device: str) -> str:
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
 
 
-def run(family="twemoji", run_dir=None, assets=None, smoke=False, device="cpu", only=None, cache=None) -> dict:
+def run(
+    family="twemoji", run_dir=None, assets=None, smoke=False, device="cpu", only=None, cache=None, adopt=None
+) -> dict:
     unknown = [stage for stage in only or () if stage not in STAGES]
     if unknown:
         raise ValueError(f"unknown stage {', '.join(unknown)}: the stages are {', '.join(STAGES)}")
@@ -564,4 +689,7 @@ def run(family="twemoji", run_dir=None, assets=None, smoke=False, device="cpu", 
     run_dir = run_dir or Path("runs") / family
     assets = assets or Path("assets") / family
     budget = replace(recipe.smoke if smoke else recipe.budget)
-    return Pipeline(Path(run_dir), Path(assets), recipe, budget, device, cache=cache).run_all(only)
+    pipeline = Pipeline(Path(run_dir), Path(assets), recipe, budget, device, cache=cache)
+    if adopt is not None:
+        pipeline.adopt(Path(adopt))
+    return pipeline.run_all(only)

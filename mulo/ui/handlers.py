@@ -46,6 +46,9 @@ def generate(
     draft_window=None,
     island_window=None,
     zipar_window=None,
+    tree_budget=None,
+    tree_depth=None,
+    tree_top_k=None,
     cfg=None,
     temperature=None,
     top_k=None,
@@ -60,7 +63,8 @@ def generate(
     knob_values = {
         "r": r, "tau": tau, "k": k, "radius": radius, "rows_per_block": rows_per_block, "drafting": drafting,
         "resampling": resampling, "upsampler": upsampler, "draft_window": draft_window,
-        "island_window": island_window, "zipar_window": zipar_window, "cfg": cfg, "temperature": temperature,
+        "island_window": island_window, "zipar_window": zipar_window, "tree_budget": tree_budget,
+        "tree_depth": tree_depth, "tree_top_k": tree_top_k, "cfg": cfg, "temperature": temperature,
         "top_k": top_k, "top_p": top_p,
     }  # fmt: skip
     try:  # every problem is reported before any model runs
@@ -177,6 +181,7 @@ def show_round(state, label, index, opacity, layers):
         save_png(viz.enlarge(view.canvases[index], size), "canvas"),
         round_info(trace, index),
         viz.timeline_figure(trace, current=index),
+        gr.Plot(viz.tree_figure(rnd, trace.grid[1]) if rnd.tree else None, visible=rnd.tree is not None),
     )
 
 
@@ -210,6 +215,10 @@ def token_info(state, label, index, evt: gr.SelectData):
 def export_figure(state, label, index):
     view = _view(state, label, "export")
     index = _round_index(index, view.trace)
+    rnd = view.trace.rounds[index]
+    if rnd.tree is not None:  # EAGLE-2: its round is the tree it verified
+        fig = viz.tree_figure(rnd, view.trace.grid[1])
+        return save_bytes(viz.figure_png(fig), f"tree-round{index + 1}-{view.trace.method}.png")
     draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
     fig = viz.round_layout(view.trace, index, draft, view.canvases[index])
     return save_bytes(viz.figure_png(fig), f"round{index + 1}-{view.trace.method}.png")

@@ -49,6 +49,9 @@ KNOBS = [
         "ZipAR baseline: row i+1 starts once row i has this many tokens",
         (1, 16, 1),
     ),  # fmt: skip
+    ("tree_budget", "EAGLE-2 tree budget", "EAGLE-2: tokens verified per round (root + tree nodes)", (2, 128, 1)),
+    ("tree_depth", "EAGLE-2 tree depth", "EAGLE-2: tree depth = drafter passes per round", (1, 12, 1)),
+    ("tree_top_k", "EAGLE-2 top-k", "EAGLE-2: continuations per expanded node, nodes expanded per depth", (1, 32, 1)),
     ("cfg", "CFG scale", "classifier-free guidance u + s·(c − u); 1 = none", (1, 8, 0.5)),
     ("temperature", "temperature", "0 = greedy", (0, 2, 0.05)),
     ("top_k", "top-k", "keep the k most likely codes; 0 = off", (0, 512, 1)),
@@ -58,7 +61,7 @@ KNOBS = [
 
 def knob_limits(vocab_size: int) -> dict[str, int]:
     """Slider maxima that depend on the family's codebook: pooling needs k < V, top-k <= V."""
-    return {"k": min(64, vocab_size - 1), "top_k": min(512, vocab_size)}
+    return {"k": min(64, vocab_size - 1), "top_k": min(512, vocab_size), "tree_top_k": min(32, vocab_size)}
 
 
 def family_limits(family: str) -> dict[str, int]:

@@ -38,7 +38,9 @@ def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
     lines = [
         f"**{trace.latency_s:.2f} s** · speed-up **{speedup}** · NFE target {s['nfe']['target']}, "
         f"drafter {s['nfe']['drafter']} · {s['rounds']} rounds",
-        f"acceptance {acc} · re-opened {s['reopened_fraction']:.1%}",
+        f"acceptance {acc} · re-opened {s['reopened_fraction']:.1%}"
+        + (f" · {s['mean_accepted_length']:.2f} tokens per round" if s["mean_accepted_length"] else "")
+        + (f" · {s['mean_tree_size']:.1f} tree nodes per round" if s["mean_tree_size"] else ""),
         f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
         f"top-p {c['top_p']} · seed {trace.seed} · {plain(trace.device, 64)}</small>",
     ]
@@ -70,9 +72,15 @@ def round_info(trace: Trace, index: int) -> str:
         f"{int(rnd.accepted.sum())} · rejected {int(rnd.rejected.sum())} · re-opened {int(rnd.reopened.sum())} "
         f"in {rnd.n_islands} island(s) · t0 = {_rc(rnd.t0, trace.grid)}"
         + (f" · score min/median {score.min():.3f}/{np.median(score):.3f}" if score.size and score.max() >= 0 else "")
+        + (_tree_info(rnd.tree) if rnd.tree else "")
         + f" · NFE target {rnd.nfe.get('target', 0)}, drafter {rnd.nfe.get('drafter', 0)}"
         + f" · {sum(rnd.timings_s.values()) * 1000:.1f} ms"
     )
+
+
+def _tree_info(tree: dict) -> str:
+    tried = sum(status != 0 for status in tree["status"])
+    return f" · draft tree {len(tree['token'])} nodes, depth {max(tree['depth'], default=0)}, {tried} tried"
 
 
 def _rc(t0, grid) -> str:

@@ -1,0 +1,221 @@
+"""EAGLE-2: the draft tree, its attention masks, the lossless walk, and the method end to end."""
+
+import pytest
+import torch
+
+from mulo.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, verify_tree
+from mulo.families import toy
+from mulo.methods import ar, eagle2
+from mulo.models.eagle import head_for
+from mulo.models.gpt import init_random_
+from mulo.runner import ModelRunner
+from tests.helpers import (
+    bare_family,
+    chi_square,
+    chi_square_critical,
+    exact_sequence_distribution,
+    run_method,
+    tiny_gpt,
+)
+
+VOCAB, SIDE = 3, 2  # 81 possible 2x2 images: small enough to enumerate
+
+
+def _tree() -> DraftTree:
+    """root -> a (token 5) -> c (7), d (8);  root -> b (6) -> e (9) -> f (4)."""
+    tree = DraftTree(root=3)
+    a = tree.add(-1, 5, 0.5, -0.69)
+    b = tree.add(-1, 6, 0.3, -1.2)
+    tree.add(a, 7, 0.6, -0.5)
+    tree.add(a, 8, 0.2, -1.6)
+    e = tree.add(b, 9, 0.9, -0.1)
+    tree.add(e, 4, 0.9, -0.1)
+    return tree
+
+
+def test_visible_rows_are_ancestors_and_self_only():
+    tree = _tree()
+    rows = tree.visible()
+    expected = {0: {0}, 1: {1}, 2: {0, 2}, 3: {0, 3}, 4: {1, 4}, 5: {1, 4, 5}}
+    for node, seen in expected.items():
+        assert set(rows[node].nonzero()[:, 0].tolist()) == seen
+    # a subset (nodes the head was fed) keeps only the ancestors in it
+    sub = tree.visible([1, 4])
+    assert sub.tolist() == [[True, False], [True, True]]
+
+
+def test_select_keeps_the_most_confident_nodes_parents_first():
+    tree = _tree()
+    kept = tree.select(4)
+    # scores: a -0.69, b -1.2, c -1.19, d -2.29, e -1.3, f -1.4  ->  a, c, b, e
+    assert kept.tokens == [5, 7, 6, 9]
+    assert kept.parents == [-1, 0, -1, 2]
+    assert kept.depths == [1, 2, 1, 2]
+    assert all(p < i for i, p in enumerate(kept.parents))
+
+
+def test_walk_is_greedy_at_temperature_zero():
+    tree = _tree()
+    one_hot = {j: torch.nn.functional.one_hot(torch.tensor(t), 10).float() for j, t in enumerate([7, 9, 0, 0, 4, 2])}
+    root = torch.nn.functional.one_hot(torch.tensor(6), 10).float()
+    verdict = verify_tree(tree, root, one_hot, n_total=20, generator=torch.Generator().manual_seed(0))
+    assert verdict.path == [1, 4, 5]  # a (5) is not the target's 6: rejected; then b, e, f
+    assert verdict.status[0] == REJECTED and verdict.status[1] == ACCEPTED
+    assert verdict.bonus and verdict.next_token == 2  # f accepted: a leaf, bonus from its distribution
+    assert verdict.status[2] == UNTRIED
+
+
+def test_a_rejected_candidate_is_removed_from_the_residual():
+    """Every child rejected: the next token is drawn from p without the rejected tokens."""
+    tree = DraftTree(root=0)
+    for token in (0, 1):
+        tree.add(-1, token, 0.4, -0.9)
+    p = torch.tensor([0.3, 0.3, 0.4])
+    seen = torch.zeros(3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3000):
+        verdict = verify_tree(tree, p, {}, n_total=2, generator=gen)
+        if verdict.path:
+            seen[tree.tokens[verdict.path[0]]] += 1
+        else:
+            seen[verdict.next_token] += 1
+            assert not verdict.bonus
+    assert torch.allclose(seen / seen.sum(), p, atol=0.03)
+
+
+def _path_context(tree, node):
+    path = []
+    while node >= 0:
+        path.append(tree.tokens[node])
+        node = tree.parents[node]
+    return path[::-1]
+
+
+def test_tree_pass_equals_each_path_run_alone():
+    """The one verification pass gives every node the target's distribution given exactly the
+    committed prefix, the root and its own ancestors: a sibling's branch never leaks in."""
+    target = tiny_gpt(41, 16, 4)
+    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    seq = torch.full((16,), -1, dtype=torch.long)
+    seq[:4] = torch.tensor([3, 1, 4, 1])
+    tree = DraftTree(root=3)
+    a = tree.add(-1, 5, 0.5, -0.7)
+    b = tree.add(-1, 9, 0.3, -1.2)
+    tree.add(a, 2, 0.6, -0.5)
+    tree.add(b, 6, 0.9, -0.1)
+    tree.add(b, 5, 0.05, -3.0)
+    runner = ModelRunner(target, cond, 2.0, 1.0, 0, 1.0, scratch=len(tree))
+    runner.prefill()
+    runner.span_probs(seq, 1, 4)  # positions 0..2 fed
+    probs, hidden = runner.feed_tree(seq, 3, tree.positions, tree.tokens, tree.visible())
+    assert hidden.shape == (2, 1 + len(tree), target.cfg.dim)
+    fresh = ModelRunner(target, cond, 2.0, 1.0, 0, 1.0)
+    fresh.prefill()
+    for node in range(-1, len(tree)):
+        context = seq.clone()
+        path = _path_context(tree, node) if node >= 0 else []
+        context[4 : 4 + len(path)] = torch.tensor(path, dtype=torch.long)
+        u = 4 + len(path)
+        expected = fresh.probs(fresh.next_logits(context, u)).cpu()
+        assert torch.allclose(probs[node + 1], expected, atol=1e-5), node
+
+
+def test_committed_nodes_continue_like_ar():
+    """After a tree pass, moving an accepted path's K/V into place leaves the cache as if the path
+    had been fed in raster order."""
+    target = tiny_gpt(42, 16, 4)
+    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(2))
+    seq = torch.full((16,), -1, dtype=torch.long)
+    seq[:3] = torch.tensor([7, 7, 1])
+    tree = DraftTree(root=2)
+    a = tree.add(-1, 4, 0.5, -0.7)
+    tree.add(-1, 8, 0.3, -1.2)
+    tree.add(a, 11, 0.6, -0.5)
+    runner = ModelRunner(target, cond, 1.0, 1.0, 0, 1.0, scratch=len(tree))
+    runner.prefill()
+    runner.span_probs(seq, 1, 3)  # positions 0..1 fed
+    runner.feed_tree(seq, 2, tree.positions, tree.tokens, tree.visible())
+    runner.commit_tree([0, 2], [3, 4], [4, 11])
+    seq[3:6] = torch.tensor([4, 11, 0])
+    after = runner.probs(runner.next_logits(seq, 6)).cpu()
+    fresh = ModelRunner(target, cond, 1.0, 1.0, 0, 1.0)
+    fresh.prefill()
+    assert torch.allclose(after, fresh.probs(fresh.next_logits(seq, 6)).cpu(), atol=1e-5)
+    assert runner.nfe == 4  # prefill, prefix, tree, one step: nothing was re-fed
+
+
+def _head_family(target, seed):
+    family = bare_family(target)
+    family.eagle_head = init_random_(head_for(target), seed, std=0.4).eval()
+    return family
+
+
+@pytest.mark.parametrize("top_k,budget,depth", [(3, 40, 3), (2, 5, 2), (1, 2, 1)])
+def test_greedy_eagle2_equals_greedy_ar(top_k, budget, depth):
+    fam = toy.build()
+    cond = fam.condition("red apple")
+    for seed in range(3):
+        expected, _, _ = run_method(ar.generate, fam, cond, seed, temperature=0.0)
+        got, rounds, _ = run_method(
+            eagle2.generate, fam, cond, seed, temperature=0.0, tree_top_k=top_k, tree_budget=budget, tree_depth=depth
+        )
+        assert torch.equal(got, expected)
+        assert all(r.tree is not None and len(r.tree["token"]) <= budget - 1 for r in rounds)
+
+
+def test_full_tree_greedy_commits_whole_chunks():
+    """With every continuation in the tree (top-k = vocabulary), greedy acceptance never fails:
+    each round commits depth + 1 tokens, so the rounds are few and AR's tokens unchanged."""
+    target = tiny_gpt(43, VOCAB, SIDE)
+    fam = _head_family(target, 3)
+    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(3))
+    expected, _, _ = run_method(ar.generate, fam, cond, 0, temperature=0.0)
+    got, rounds, ctx = run_method(
+        eagle2.generate, fam, cond, 0, temperature=0.0, tree_top_k=3, tree_budget=40, tree_depth=3
+    )
+    assert torch.equal(got, expected)
+    assert len(rounds) == 1 and ctx.nfe()["target"] == 2  # the prefill, then one tree pass
+
+
+def test_every_round_commits_at_least_one_token():
+    fam = toy.build()
+    cond = fam.condition("blue fish")
+    _, rounds, ctx = run_method(eagle2.generate, fam, cond, 5, cfg=3.0)
+    before = 0
+    for rnd in rounds:
+        now = int((rnd.tokens >= 0).sum())
+        assert now - before >= 1
+        first = 1 if rnd.index == 0 else 0  # round 0 also samples token 0 from the prefill
+        assert now - before == first + 1 + rnd.tree["status"].count(ACCEPTED)
+        before = now
+    n_total = toy.GRID * toy.GRID
+    assert before == n_total
+    # per round one catch-up pass and depth - 1 expansions (depth 6, less near the end)
+    assert ctx.nfe()["drafter"] == sum(min(6, n_total - 1 - r.tree["root"]) for r in rounds)
+
+
+def _counts(fam, cond, n_samples, **knobs):
+    counts = torch.zeros(VOCAB ** (SIDE * SIDE))
+    for seed in range(n_samples):
+        tokens, _, _ = run_method(eagle2.generate, fam, cond, seed, **knobs)
+        flat = tokens.reshape(-1).tolist()
+        counts[sum(t * VOCAB ** (len(flat) - 1 - i) for i, t in enumerate(flat))] += 1  # itertools order
+    return counts
+
+
+def test_eagle2_matches_the_target_sequence_distribution():
+    """A pruned tree (two of three tokens at depth 1, one continuation): rejections, residual
+    draws, accepted paths and bonus tokens all occur."""
+    top_k, budget, depth = 2, 4, 2
+    target = tiny_gpt(11, VOCAB, SIDE)
+    fam = _head_family(target, 13)
+    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(5))
+    _, p_target = exact_sequence_distribution(target, cond, cfg_scale=2.0)
+    knobs = dict(cfg=2.0, tree_top_k=top_k, tree_budget=budget, tree_depth=depth)
+    counts = _counts(fam, cond, 2000, **knobs)
+    stat, dof = chi_square(counts, p_target)
+    assert stat < chi_square_critical(dof), (stat, dof)
+    # The test has power: the same model's unguided distribution is rejected by a wide margin.
+    _, p_unguided = exact_sequence_distribution(target, cond, cfg_scale=1.0)
+    stat_u, dof_u = chi_square(counts, p_unguided)
+    assert stat_u > 3 * chi_square_critical(dof_u), (stat_u, dof_u)
