@@ -34,6 +34,9 @@ RUNS = [
     ("twemoji", "mulo", 1, {}),
     ("twemoji", "mulo", 2, {"island_window": 4, "drafting": "zipar", "upsampler": "learned", "refresh": False}),
     ("twemoji", "mulo", 2, {"r": 4, "resampling": "raster", "radius": 1, "cfg": 2.0}),
+    ("toy", "eagle2", 3, {}),
+    ("toy", "eagle2", 4, {"tree_budget": 9, "tree_depth": 3, "tree_top_k": 3, "temperature": 0.7}),
+    ("twemoji", "eagle2", 1, {}),
 ]
 PROMPT = "red apple"
 

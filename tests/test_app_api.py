@@ -14,6 +14,7 @@ from gradio_client import Client  # noqa: E402
 import app  # noqa: E402
 from mulo.trace import Trace  # noqa: E402
 from mulo.ui.files import DISPLAY  # noqa: E402
+from mulo.ui.knobs import KNOBS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +132,7 @@ def test_seeds_are_exact_integers_below_2_pow_63(client):
         ("cfg", True, "cfg must be a number in [1, 8] (got True)"),
         ("r", "2", "r must be one of 2, 4 (got '2')"),
         ("drafting", 3, "drafting must be one of sequential, zipar (got 3)"),
-        ("third", "eagle", "third method must be one of none, zipar, sjd, sd, lantern (got 'eagle')"),
+        ("third", "eagle", "third method must be one of none, zipar, sjd, sd, lantern, eagle2 (got 'eagle')"),
     ],
 )
 def test_every_knob_error_names_the_knob_and_its_range(client, knob, value, message):
@@ -163,7 +164,8 @@ def test_raw_http_with_only_the_required_inputs_and_monitoring(client):
     import urllib.error
     import urllib.request
 
-    assert "/generate needs at least prompt and seed (got 0 of 19 inputs)" in _raw(client, [])
+    wanted = 4 + len(KNOBS)  # prompt, seed, family, third, then every knob
+    assert f"/generate needs at least prompt and seed (got 0 of {wanted} inputs)" in _raw(client, [])
     assert "event: complete" in _raw(client, ["red apple", 7])  # every other input: the family's value
     nan_tau = _raw(client, ["red apple", 0, "toy", "none", None, float("nan")])  # r, then tau
     assert "tau must be a number in [0, 1.01] (got nan)" in nan_tau, nan_tau

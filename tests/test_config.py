@@ -24,7 +24,7 @@ from mulo.config import ConfigError, GenerationConfig
         ("lantern", {"delta": -1}, r"delta must be a number in \[0, 100\]"),
         ("ar", {"temperature": float("nan")}, r"temperature must be a number"),
         ("ar", {"bogus": 1}, r"unknown knob\(s\): bogus"),
-        ("beam", {}, r"method must be one of ar, zipar, sjd, sd, lantern, mulo \(got 'beam'\)"),
+        ("beam", {}, r"method must be one of ar, zipar, sjd, sd, lantern, mulo, eagle2 \(got 'beam'\)"),
     ],
 )
 def test_invalid_knobs(engine, method, knobs, message):

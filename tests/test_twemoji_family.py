@@ -27,7 +27,7 @@ def engine():
 
 def test_assets_fit_spaces_limits():
     sizes = {p.name: p.stat().st_size for p in ASSETS.glob("*.safetensors")}
-    assert len(sizes) == len(twemoji.FILES)
+    assert set(sizes) == {f"{name}.safetensors" for name in (*twemoji.FILES, "eagle_head")}
     assert max(sizes.values()) < 10 * 2**20
     assert sum(p.stat().st_size for p in ASSETS.iterdir()) < 40 * 2**20
     card = (ASSETS / "MODEL_CARD.md").read_text()
@@ -164,7 +164,7 @@ def test_quick_benchmark_writes_the_contract(tmp_path):
     proc = run_cli("bench", "--quick", "--json", out, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
-    labels = ["ar", "zipar", "sjd", "sd", "lantern", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
+    labels = ["ar", "zipar", "sjd", "sd", "lantern", "eagle2", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
     assert list(result["methods"]) == labels
     for row in result["methods"].values():
         assert row["fd"] is not None and 0 <= row["adherence"] <= 1 and row["latency_s"] > 0

@@ -126,9 +126,9 @@ class Request:
     reopened: float
     rounds: int
     draft_s: float
-    accepted_length: float | None  # chain and tree methods: tokens committed per round
-    tree_size: float | None  # EAGLE-2: draft-tree nodes per round
     image: np.ndarray = field(repr=False)
+    accepted_length: float | None = None  # chain and tree methods: tokens committed per round
+    tree_size: float | None = None  # EAGLE-2: draft-tree nodes per round
 
 
 def runnable(engine: Engine, label: str, overrides: dict | None = None) -> str | None:
