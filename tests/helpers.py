@@ -61,6 +61,18 @@ def exact_sequence_distribution(model: GPT, cond: torch.Tensor, cfg_scale: float
     return seqs, probs.gather(-1, seqs[..., None])[..., 0].prod(-1)
 
 
+def sequence_counts(fn, family, cond, n_samples: int, **knobs) -> torch.Tensor:
+    """How often each token sequence came out of ``n_samples`` seeded runs of method ``fn``, indexed
+    in ``exact_sequence_distribution``'s (itertools) order."""
+    vocab = family.target.cfg.vocab_size
+    counts = torch.zeros(vocab**family.target.cfg.max_seq_len)
+    for seed in range(n_samples):
+        tokens, _, _ = run_method(fn, family, cond, seed, **knobs)
+        flat = tokens.reshape(-1).tolist()
+        counts[sum(t * vocab ** (len(flat) - 1 - i) for i, t in enumerate(flat))] += 1
+    return counts
+
+
 def chi_square(counts: torch.Tensor, expected_probs: torch.Tensor) -> tuple[float, int]:
     """Pearson chi-square with bins of expected count < 5 pooled; returns (statistic, dof)."""
     total = counts.sum()

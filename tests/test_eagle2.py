@@ -15,6 +15,7 @@ from tests.helpers import (
     chi_square_critical,
     exact_sequence_distribution,
     run_method,
+    sequence_counts,
     tiny_gpt,
 )
 
@@ -194,15 +195,6 @@ def test_every_round_commits_at_least_one_token():
     assert ctx.nfe()["drafter"] == sum(min(6, n_total - 1 - r.tree["root"]) for r in rounds)
 
 
-def _counts(fam, cond, n_samples, **knobs):
-    counts = torch.zeros(VOCAB ** (SIDE * SIDE))
-    for seed in range(n_samples):
-        tokens, _, _ = run_method(eagle2.generate, fam, cond, seed, **knobs)
-        flat = tokens.reshape(-1).tolist()
-        counts[sum(t * VOCAB ** (len(flat) - 1 - i) for i, t in enumerate(flat))] += 1  # itertools order
-    return counts
-
-
 def test_eagle2_matches_the_target_sequence_distribution():
     """A pruned tree (two of three tokens at depth 1, one continuation): rejections, residual
     draws, accepted paths and bonus tokens all occur."""
@@ -212,7 +204,7 @@ def test_eagle2_matches_the_target_sequence_distribution():
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(5))
     _, p_target = exact_sequence_distribution(target, cond, cfg_scale=2.0)
     knobs = dict(cfg=2.0, tree_top_k=top_k, tree_budget=budget, tree_depth=depth)
-    counts = _counts(fam, cond, 2000, **knobs)
+    counts = sequence_counts(eagle2.generate, fam, cond, 2000, **knobs)
     stat, dof = chi_square(counts, p_target)
     assert stat < chi_square_critical(dof), (stat, dof)
     # The test has power: the same model's unguided distribution is rejected by a wide margin.

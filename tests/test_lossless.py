@@ -8,20 +8,11 @@ from tests.helpers import (
     chi_square,
     chi_square_critical,
     exact_sequence_distribution,
-    run_method,
+    sequence_counts,
     tiny_gpt,
 )
 
 VOCAB, SIDE = 3, 2  # 81 possible 2x2 images: small enough to enumerate
-
-
-def _empirical(fn, family, cond, n_samples, **knobs):
-    counts = torch.zeros(VOCAB ** (SIDE * SIDE))
-    for seed in range(n_samples):
-        tokens, _, _ = run_method(fn, family, cond, seed, **knobs)
-        flat = tokens.reshape(-1).tolist()
-        counts[sum(t * VOCAB ** (len(flat) - 1 - i) for i, t in enumerate(flat))] += 1  # itertools order
-    return counts
 
 
 def test_sd_matches_the_target_sequence_distribution():
@@ -30,7 +21,7 @@ def test_sd_matches_the_target_sequence_distribution():
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(5))
     _, p_target = exact_sequence_distribution(target, cond, cfg_scale=2.0)
     _, p_drafter = exact_sequence_distribution(drafter, cond, cfg_scale=2.0)
-    counts = _empirical(speculative.generate, bare_family(target, drafter), cond, 2000, cfg=2.0, draft_len=3)
+    counts = sequence_counts(speculative.generate, bare_family(target, drafter), cond, 2000, cfg=2.0, draft_len=3)
     stat, dof = chi_square(counts, p_target)
     assert stat < chi_square_critical(dof), (stat, dof)
     # The test has power: the drafter's own distribution is rejected by a wide margin.
@@ -42,7 +33,7 @@ def test_sjd_matches_the_target_sequence_distribution():
     target = tiny_gpt(21, VOCAB, SIDE)
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(6))
     _, p_target = exact_sequence_distribution(target, cond, cfg_scale=1.0)
-    counts = _empirical(sjd.generate, bare_family(target), cond, 2000, cfg=1.0, sjd_window=3)
+    counts = sequence_counts(sjd.generate, bare_family(target), cond, 2000, cfg=1.0, sjd_window=3)
     stat, dof = chi_square(counts, p_target)
     assert stat < chi_square_critical(dof), (stat, dof)
 
@@ -51,6 +42,6 @@ def test_ar_matches_the_target_sequence_distribution():
     target = tiny_gpt(31, VOCAB, SIDE)
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(7))
     _, p_target = exact_sequence_distribution(target, cond, cfg_scale=3.0)
-    counts = _empirical(ar.generate, bare_family(target), cond, 1500, cfg=3.0)
+    counts = sequence_counts(ar.generate, bare_family(target), cond, 1500, cfg=3.0)
     stat, dof = chi_square(counts, p_target)
     assert stat < chi_square_critical(dof), (stat, dof)
