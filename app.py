@@ -15,7 +15,7 @@ import gradio as gr
 import numpy as np
 
 from mulo.inputs import RawDropdown, RawText, SeedBox
-from mulo.trace import MAX_TRACE_BYTES
+from mulo.tracefile import MAX_TRACE_BYTES
 from mulo.ui import engines
 from mulo.ui.files import OUT_DIR, example_traces
 from mulo.ui.handlers import (

@@ -48,7 +48,7 @@ class DraftTree:
 
     @property
     def positions(self) -> list[int]:
-        return [self.root + d for d in self.depths]
+        return [self.position(j) for j in range(len(self))]
 
     def position(self, node: int) -> int:
         return self.root + self.depths[node]

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from mulo.trace import MAX_TRACE_BYTES
+from mulo.tracefile import MAX_TRACE_BYTES
 
 
 def _with(base: dict, **changes) -> dict:

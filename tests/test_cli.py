@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from mulo.methods import names as method_names
-from mulo.trace import validate
+from mulo.tracefile import validate
 from tests.helpers import run_cli as run
 
 

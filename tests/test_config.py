@@ -95,7 +95,7 @@ def test_every_knob_has_a_help_line_shown_by_the_cli(capsys):
 
 def test_the_cli_takes_guidance_under_either_flag(tmp_path):
     from mulo.__main__ import main
-    from mulo.trace import read_trace_file
+    from mulo.tracefile import read_trace_file
 
     for flag in ("--cfg", "--guidance"):
         path = tmp_path / f"{flag[2:]}.json"

@@ -10,7 +10,7 @@ import torch
 
 from mulo import methods
 from mulo.config import ConfigError
-from mulo.trace import TraceError, parse
+from mulo.tracefile import TraceError, parse
 
 
 def stripes(ctx):

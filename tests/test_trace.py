@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from mulo.methods import names as method_names
-from mulo.trace import Round, Trace, validate
+from mulo.trace import Round, Trace
+from mulo.tracefile import validate
 
 
 @pytest.mark.parametrize("method", method_names())

@@ -18,7 +18,8 @@ import app
 from mulo import viz
 from mulo.markdown import plain
 from mulo.tempfiles import TempFiles
-from mulo.trace import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB, Trace, grid_json
+from mulo.trace import Trace, grid_json
+from mulo.tracefile import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB
 from mulo.ui import files as ui_files
 from mulo.ui import handlers
 from mulo.views import replay_view

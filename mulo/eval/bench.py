@@ -58,8 +58,9 @@ def drafter_of(engine: Engine, label: str) -> str | None:
     "eagle_head", "drafter_r<r>", or None."""
     method, knobs = SPECS[label]
     needs = methods.get(method).needs
-    if "draft_model" in needs or "eagle_head" in needs:
-        return next(need for need in needs if need in ("draft_model", "eagle_head"))
+    for model in ("draft_model", "eagle_head"):
+        if model in needs:
+            return model
     if "drafter" in needs:
         return f"drafter_r{engine.make_config(knobs).r}"
     return None

@@ -37,9 +37,7 @@ def _load(folder: Path, name: str) -> tuple[dict, dict]:
 
 def _gpt(folder: Path, name: str) -> GPT:
     config, state = _load(folder, name)
-    if config.get("grid") is not None:
-        config["grid"] = tuple(config["grid"])
-    model = GPT(GPTConfig(**config))
+    model = GPT(GPTConfig.from_json(config))
     model.load_state_dict(state)
     return model
 
@@ -127,5 +125,6 @@ def build(folder: str | Path | None = None, name: str = "twemoji") -> Family:
         defaults=defaults,
         evaluation=Evaluation(folder, clip),  # the metrics' files live beside the weights
         eagle_head=head,
-        no_eagle_head=f"{folder} has no eagle_head.safetensors (train it: python -m mulo train {name} --stages eagle)",
+        no_eagle_head=f"{folder} has no eagle_head.safetensors (train one: python -m mulo train {name} "
+        f"--adopt {folder} --stages data,clip,vq,tokens,target,eagle,export)",
     )

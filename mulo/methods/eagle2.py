@@ -54,16 +54,13 @@ class HeadRunner:
         return torch.softmax(guided, dim=-1).cpu()
 
     def _inputs_after(self, slots: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
-        """Embedded inputs at ``slots + 1``: condition embeddings, then image tokens of ``seq``."""
-        n_cond = self.target.n_cond
-        out = []
-        for s in slots.tolist():
-            if s + 1 < n_cond:
-                out.append(self.target.cond_embeddings[:, s + 1])
-            else:
-                token = seq[s + 1 - n_cond : s + 2 - n_cond].to(self.target.device)
-                out.append(self.target.model.embed_tokens(token).expand(self.features.shape[0], -1))
-        return torch.stack(out, dim=1)
+        """Embedded inputs at ``slots + 1`` (increasing): condition embeddings, then image tokens of
+        ``seq``."""
+        after, n_cond = slots + 1, self.target.n_cond
+        cond = self.target.cond_embeddings[:, after[after < n_cond]]
+        tokens = seq[after[after >= n_cond] - n_cond].to(self.target.device)
+        image = self.target.model.embed_tokens(tokens)[None].expand(cond.shape[0], -1, -1)
+        return torch.cat([cond, image], dim=1)
 
     @torch.no_grad()
     def catch_up(self, seq: torch.Tensor, root: int):

@@ -45,10 +45,7 @@ class EagleHead(nn.Module):
         without a cache).
         """
         if cache is not None:
-            if mask is None:
-                raise ValueError("a cached forward needs an explicit [Q, S] attention mask")
-            cache.written[slots] = True
-            mask = mask & cache.written[: mask.shape[1]]
+            mask = cache.admit(slots, mask)
         x = self.fc(torch.cat([next_inputs, features.to(next_inputs.dtype)], dim=-1))
         x = x + target.abs_pe[0, slots if pe_slots is None else pe_slots].to(x.dtype)
         return self.layer(x, 0, slots, mask, cache)

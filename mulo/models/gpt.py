@@ -66,6 +66,12 @@ class GPTConfig:
         n_layer, n_head, dim = PRESETS[name]
         return cls(n_layer=n_layer, n_head=n_head, dim=dim, **overrides)
 
+    @classmethod
+    def from_json(cls, config: dict) -> GPTConfig:
+        """From its JSON form (``dataclasses.asdict`` written as JSON: the grid as a list)."""
+        grid = config.get("grid")
+        return cls(**{**config, "grid": None if grid is None else tuple(grid)})
+
     def __post_init__(self):
         if self.cond_type not in COND_TYPES:
             raise ValueError(f"cond_type must be one of {COND_TYPES} (got {self.cond_type!r})")
@@ -144,6 +150,18 @@ class KVCache:
     @property
     def n_slots(self) -> int:
         return self.written.numel()
+
+    def admit(self, slots: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Mark ``slots`` written by the pass about to run and return its ``mask [Q, S']`` limited to
+        written slots; ``ValueError`` without a mask or unless every query sees its own slot."""
+        if mask is None:
+            raise ValueError("a cached forward needs an explicit [Q, S] attention mask")
+        self.written[slots] = True
+        mask = mask & self.written[: mask.shape[1]]
+        own = mask[torch.arange(len(slots), device=mask.device), slots.clamp(max=mask.shape[1] - 1)]
+        if not bool(own.all()) or int(slots.max()) >= mask.shape[1]:
+            raise ValueError("every query must see its own slot")
+        return mask
 
 
 class Attention(nn.Module):
@@ -245,15 +263,8 @@ class GPT(nn.Module):
         ``pe_slots`` (default ``slots``) picks each input's position embedding: a draft-tree node
         is written to a scratch slot past the image but sits at its image position.
         """
-        q_len = x.shape[1]
         if cache is not None:  # (without one, a None mask reaches the attention as is_causal)
-            if mask is None:
-                raise ValueError("a cached forward needs an explicit [Q, S] attention mask")
-            cache.written[slots] = True
-            mask = mask & cache.written[: mask.shape[1]]
-            own = mask[torch.arange(q_len, device=x.device), slots.clamp(max=mask.shape[1] - 1)]
-            if not bool(own.all()) or int(slots.max()) >= mask.shape[1]:
-                raise ValueError("every query must see its own slot")
+            mask = cache.admit(slots, mask)
         h = x + self.abs_pe[0, slots if pe_slots is None else pe_slots].to(x.dtype)
         for i, layer in enumerate(self.layers):
             h = layer(h, i, slots, mask, cache)

@@ -36,7 +36,9 @@ from mulo.models.gpt import GPT
 from mulo.models.text import IMAGE_PX, MiniCLIP, WordTokenizer
 from mulo.models.upsample import TokenUpsampler
 from mulo.train import data as data_mod
-from mulo.train.loop import train
+from mulo.train.assets import adopt_assets, export
+from mulo.train.eagle import train_eagle_head
+from mulo.train.loop import autocast, init_weights, train
 from mulo.train.recipes import (
     CFG_DROPOUT,
     COND_LEN,
@@ -349,7 +351,7 @@ class Pipeline:
         cfg = self.recipe.gpt_config(stage, vocab, cond_name.shape[-1])
         torch.manual_seed(self.seed + side)
         model = GPT(cfg)
-        model.apply(_init_weights)
+        model.apply(init_weights)
         torch.nn.init.normal_(model.abs_pe, std=0.02)
         model.to(self.device)
         batch = (self.budget.target_batch if stage == "target" else None) or self.budget.ar_batch
@@ -400,87 +402,6 @@ class Pipeline:
         (self.run / f"{stage}.json").write_text(json.dumps(asdict(cfg)))
         self.record(stage, **stats, **losses, params=sum(p.numel() for p in model.parameters()))
 
-    def load_target(self) -> GPT:
-        from mulo.models.gpt import GPTConfig
-
-        cfg = json.loads((self.run / "target.json").read_text())
-        model = GPT(GPTConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}))
-        model.load_state_dict(torch.load(self.run / "target.pt", map_location="cpu", weights_only=True))
-        return model.to(self.device).eval().requires_grad_(False)
-
-    def stage_eagle(self) -> None:
-        """EAGLE's draft head, trained on the frozen target's own features (teacher-forced on the
-        training sequences, under the AR stages' text mix and CFG dropout, so both guidance branches
-        are in distribution): at slot s it reads the target's feature f_s, perturbed by uniform noise
-        (at generation it reads its own imperfect predictions), and the embedded input at s + 1,
-        and is trained to predict f_{s+1} (smooth L1) and the target's next-token distribution
-        from it (cross-entropy against the target's probabilities, weight ``eagle_cls_weight``)."""
-        from mulo.models.eagle import EagleHead
-
-        target = self.load_target()
-        data = self.ar_data(self.recipe.grid("target"))
-        torch.manual_seed(self.seed + 7)
-        head = EagleHead(target.cfg)
-        head.apply(_init_weights)
-        head.to(self.device)
-        n_cond = target.cfg.cond_len
-        b = self.budget
-
-        @torch.no_grad()
-        def target_features(x, cond):
-            """Embedded inputs and the target's features at every slot ``[B, T + L - 1, dim]``."""
-            embedded = torch.cat([target.embed_condition(cond), target.embed_tokens(x[:, :-1])], dim=1)
-            slots = torch.arange(embedded.shape[1], device=self.device)
-            with autocast(self.device):
-                features = target.forward_hidden(embedded, slots)
-            return embedded, features.float()
-
-        def head_loss(x, cond, noise: float, rng=None):
-            embedded, features = target_features(x, cond)
-            inputs = features[:, :-1]
-            if noise:
-                gen = torch.Generator(device=self.device).manual_seed(int(rng.integers(2**31)))
-                inputs = inputs + noise * (2 * torch.rand(inputs.shape, generator=gen, device=self.device) - 1)
-            slots = torch.arange(inputs.shape[1], device=self.device)
-            with autocast(self.device):
-                predicted = head(target, inputs, embedded[:, 1:], slots)
-            # Only slots whose next feature predicts an image token (from the last condition slot on).
-            predicted, wanted = predicted[:, n_cond - 1 :].float(), features[:, n_cond:]
-            log_q = torch.log_softmax(target.output(predicted).float(), -1)
-            p = torch.softmax(target.output(wanted).float(), -1)
-            regression = F.smooth_l1_loss(predicted, wanted)
-            classification = -(p * log_q).sum(-1).mean()
-            return regression, classification, (log_q.argmax(-1) == p.argmax(-1)).float().mean(), p, log_q
-
-        def loss_fn(step):
-            rng = np.random.default_rng([self.seed, sum(map(ord, "eagle")), step])
-            x, cond = self.ar_batch(data, rng, b.eagle_batch)
-            regression, classification, *_ = head_loss(x, cond, b.eagle_noise, rng)
-            return regression + b.eagle_cls_weight * classification
-
-        stats = train("eagle", head, loss_fn, b.eagle_steps, self.run / "eagle.ckpt", lr=1e-3, every=b.checkpoint_every)
-        # On validation images named by their names: how often the head's most likely next token
-        # is the target's, and the target's probability of it (the acceptance rate of a one-node
-        # tree at temperature 1, guidance off).
-        val = np.flatnonzero(data.is_val)
-        with torch.no_grad():
-            agree, accept = [], []
-            for i in range(0, len(val), 16):
-                idx = val[i : i + 16]
-                _, _, top1, p, log_q = head_loss(
-                    data.tokens[idx].to(self.device), data.cond_name[idx].to(self.device), 0
-                )
-                agree.append(float(top1) * len(idx))
-                accept.append(float(p.gather(-1, log_q.argmax(-1, keepdim=True)).mean()) * len(idx))
-        torch.save(head.state_dict(), self.run / "eagle.pt")
-        self.record(
-            "eagle",
-            **stats,
-            val_top1_agreement=round(sum(agree) / len(val), 4),
-            val_top1_target_prob=round(sum(accept) / len(val), 4),
-            params=sum(p.numel() for p in head.parameters()),
-        )
-
     def stage_upsampler(self, r: int) -> None:
         z = np.load(self.run / "tokens.npz")
         px = self.recipe.px
@@ -512,26 +433,6 @@ class Pipeline:
         torch.save(up.state_dict(), self.run / f"upsampler_r{r}.pt")
         self.record(f"upsampler_r{r}", **stats, val_token_accuracy=round(acc, 4))
 
-    def adopt(self, folder: Path) -> None:
-        """Seed the run folder from an exported family: its weights (fp16, as float32) and its
-        training report, so a stage added later (the EAGLE head) trains on exactly the shipped
-        models and the next export rewrites them unchanged. What the run has already is kept."""
-        from mulo.families.twemoji import FILES, _load
-
-        for name in FILES:  # each file is its stage's output (name.pt)
-            if (self.run / f"{name}.pt").exists():
-                continue
-            config, state = _load(folder, name)
-            torch.save(state, self.run / f"{name}.pt")
-            if name == "clip":
-                (self.run / "clip_vocab.json").write_text(json.dumps(config["vocab"]))
-            elif name in ("target", "drafter_r2", "drafter_r4", "draft_model"):
-                (self.run / f"{name}.json").write_text(json.dumps(config))
-        adopted = json.loads((folder / "training_report.json").read_text())
-        for stage, entry in adopted.items():
-            self.report.setdefault(stage, {**entry, "adopted_from": str(folder)})
-        self.report_path.write_text(json.dumps(self.report, indent=1))
-
     # -- driver ----------------------------------------------------------------------------------
     def stages(self) -> dict:
         return {
@@ -548,8 +449,8 @@ class Pipeline:
             "draft_model": (lambda: self.stage_ar("draft_model"), "draft_model.pt"),
             "upsampler_r2": (lambda: self.stage_upsampler(2), "upsampler_r2.pt"),
             "upsampler_r4": (lambda: self.stage_upsampler(4), "upsampler_r4.pt"),
-            "eagle": (self.stage_eagle, "eagle.pt"),
-            "export": (self.export, None),
+            "eagle": (lambda: train_eagle_head(self), "eagle.pt"),
+            "export": (lambda: export(self), None),
             "card": (self.card, None),
         }
 
@@ -567,33 +468,6 @@ class Pipeline:
             fn()
             self.record(name, stage_seconds=round(time.perf_counter() - start, 1))
         return self.report
-
-    def export(self) -> None:
-        from safetensors.torch import save_file
-
-        self.assets.mkdir(parents=True, exist_ok=True)
-
-        def save(name: str, state: dict, config: dict) -> None:
-            half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in state.items()}
-            save_file(half, self.assets / f"{name}.safetensors")
-            (self.assets / f"{name}.json").write_text(json.dumps(config, indent=1))
-
-        load = lambda name: torch.load(self.run / f"{name}.pt", map_location="cpu", weights_only=True)  # noqa: E731
-        clip_vocab = json.loads((self.run / "clip_vocab.json").read_text())
-        save("clip", load("clip"), {"vocab": clip_vocab, "max_len": COND_LEN})
-        save("vq", load("vq"), {k: list(v) if isinstance(v, tuple) else v for k, v in vq_config(self.codes).items()})
-        for stage in ("target", "drafter_r2", "drafter_r4", "draft_model"):
-            save(stage, load(stage), json.loads((self.run / f"{stage}.json").read_text()))
-        save("eagle_head", load("eagle"), {"of": "target", "n_layer": 1})
-        for r in (2, 4):
-            save(
-                f"upsampler_r{r}",
-                load(f"upsampler_r{r}"),
-                {"vocab_size": self.codes, "r": r, "width": 128, "depth": 3},
-            )
-        (self.assets / "training_report.json").write_text(json.dumps(self.report, indent=1))
-        (self.assets / "defaults.json").write_text(json.dumps(self.defaults(), indent=1))
-        (self.assets / "aliases.json").write_text(json.dumps(data_mod.aliases(self.data), indent=0))
 
     def defaults(self) -> dict:
         """The recipe's knob values, and the up-sampler that reproduces more of the target's codes
@@ -653,24 +527,6 @@ def validation_loss(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, mask, 
     return round(total / tokens.numel(), 4)
 
 
-def _init_weights(module) -> None:
-    if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-        torch.nn.init.normal_(module.weight, std=0.02)
-        if getattr(module, "bias", None) is not None:
-            torch.nn.init.zeros_(module.bias)
-
-
-def autocast(device: str):
-    """bf16 autocast where the hardware runs bf16 matmuls natively (CUDA; CPUs with AVX512-BF16
-    or AMX, 1.6x faster per AR training step on our 2-core EPYC); plain fp32 elsewhere."""
-    kind = "cuda" if device.startswith("cuda") else "cpu"
-    cpu_bf16 = (
-        getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-        or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    )
-    return torch.autocast(kind, dtype=torch.bfloat16, enabled=kind == "cuda" or cpu_bf16)
-
-
 def hardware(device: str) -> str:
     import platform
 
@@ -691,5 +547,5 @@ def run(
     budget = replace(recipe.smoke if smoke else recipe.budget)
     pipeline = Pipeline(Path(run_dir), Path(assets), recipe, budget, device, cache=cache)
     if adopt is not None:
-        pipeline.adopt(Path(adopt))
+        adopt_assets(pipeline, Path(adopt))
     return pipeline.run_all(only)

@@ -18,7 +18,8 @@ from mulo.inputs import GenerateRequest, parse_request
 from mulo.markdown import plain
 from mulo.spaces_compat import gpu
 from mulo.streams import Returning
-from mulo.trace import MAX_TRACE_BYTES, Trace, TraceError, parse, read_json_file
+from mulo.trace import Trace
+from mulo.tracefile import MAX_TRACE_BYTES, TraceError, parse, read_json_file
 from mulo.ui import engines
 from mulo.ui.files import DISPLAY, EXAMPLES_DIR, example_traces, save_bytes, save_png, shown
 from mulo.ui.knobs import KNOBS, baselines, family_limits, method_knobs, method_plan
@@ -249,7 +250,7 @@ def load_trace(upload, example):
     """Replay a trace file (uploaded or bundled) without running a model.
 
     The file is untrusted: its size is capped, every field is checked before anything is drawn
-    (``mulo.trace.parse``), round pictures are drawn only when shown, strings shown as text."""
+    (``mulo.tracefile.parse``), round pictures are drawn only when shown, strings shown as text."""
     if upload:
         path = upload
     elif example:
