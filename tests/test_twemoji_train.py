@@ -177,6 +177,6 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
                               only=["data", "clip", "vq", "tokens", "target", "eagle"])  # fmt: skip
         assert adopted["target"]["adopted_from"] == str(assets) and "adopted_from" not in adopted["eagle"]
         assert adopted["target"]["stage_seconds"] == report["target"]["stage_seconds"]  # not retrained
-        shipped = family_mod._load(assets, "target")[1]
+        shipped = family_mod.load_weights(assets, "target")[1]
         again = torch.load(tmp_path / "adopted" / "target.pt", weights_only=True)
         assert all(torch.equal(shipped[k], again[k]) for k in shipped)

@@ -29,14 +29,15 @@ ASSETS = ASSETS_ROOT / "twemoji"  # the default family's
 FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
 
 
-def _load(folder: Path, name: str) -> tuple[dict, dict]:
+def load_weights(folder: Path, name: str) -> tuple[dict, dict]:
+    """The JSON config and the float32 state dict of one exported model (``name``.json/.safetensors)."""
     config = json.loads((folder / f"{name}.json").read_text())
     state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(folder / f"{name}.safetensors").items()}
     return config, state
 
 
 def _gpt(folder: Path, name: str) -> GPT:
-    config, state = _load(folder, name)
+    config, state = load_weights(folder, name)
     model = GPT(GPTConfig.from_json(config))
     model.load_state_dict(state)
     return model
@@ -44,7 +45,7 @@ def _gpt(folder: Path, name: str) -> GPT:
 
 def load_vq(folder: Path) -> VQTokenizer:
     """The tokenizer of ``vq.json`` / ``vq.safetensors`` in ``folder`` (the family's, or a run's export)."""
-    config, state = _load(folder, "vq")
+    config, state = load_weights(folder, "vq")
     model = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
     model.load_state_dict(state)
     return VQTokenizer(model.eval())
@@ -98,13 +99,13 @@ def build(folder: str | Path | None = None, name: str = "twemoji") -> Family:
             f"{name} weights missing in {folder} ({', '.join(missing[:3])}...): "
             f"train them with python -m mulo train {name}, or use --family toy"
         )
-    config, state = _load(folder, "clip")
+    config, state = load_weights(folder, "clip")
     clip = MiniCLIP(config["vocab"], max_len=config["max_len"])
     clip.load_state_dict(state)
     vq = load_vq(folder)
     upsamplers = {}
     for r in (2, 4):
-        config, state = _load(folder, f"upsampler_r{r}")
+        config, state = load_weights(folder, f"upsampler_r{r}")
         upsamplers[r] = TokenUpsampler(**config)
         upsamplers[r].load_state_dict(state)
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
@@ -113,7 +114,7 @@ def build(folder: str | Path | None = None, name: str = "twemoji") -> Family:
     head = None
     if (folder / "eagle_head.safetensors").exists():  # EAGLE-2's head, trained on this target
         head = EagleHead(target.cfg)
-        head.load_state_dict(_load(folder, "eagle_head")[1])
+        head.load_state_dict(load_weights(folder, "eagle_head")[1])
     return Family(
         name,
         target,

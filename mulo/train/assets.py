@@ -9,9 +9,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mulo.families.twemoji import FILES, _load
+from mulo.families.twemoji import FILES, load_weights
 from mulo.train import data as data_mod
 from mulo.train.recipes import COND_LEN, vq_config
+
+AR_MODELS = ("target", "drafter_r2", "drafter_r4", "draft_model")  # each with its GPTConfig in name.json
 
 
 def export(pipe) -> None:
@@ -27,8 +29,8 @@ def export(pipe) -> None:
     load = lambda name: torch.load(pipe.run / f"{name}.pt", map_location="cpu", weights_only=True)  # noqa: E731
     clip_vocab = json.loads((pipe.run / "clip_vocab.json").read_text())
     save("clip", load("clip"), {"vocab": clip_vocab, "max_len": COND_LEN})
-    save("vq", load("vq"), {k: list(v) if isinstance(v, tuple) else v for k, v in vq_config(pipe.codes).items()})
-    for stage in ("target", "drafter_r2", "drafter_r4", "draft_model"):
+    save("vq", load("vq"), vq_config(pipe.codes))  # (JSON writes its tuples as lists)
+    for stage in AR_MODELS:
         save(stage, load(stage), json.loads((pipe.run / f"{stage}.json").read_text()))
     save("eagle_head", load("eagle"), {"of": "target", "n_layer": 1})
     for r in (2, 4):
@@ -49,11 +51,11 @@ def adopt_assets(pipe, folder: Path) -> None:
     for name in FILES:  # each file is its stage's output (name.pt)
         if (pipe.run / f"{name}.pt").exists():
             continue
-        config, state = _load(folder, name)
+        config, state = load_weights(folder, name)
         torch.save(state, pipe.run / f"{name}.pt")
         if name == "clip":
             (pipe.run / "clip_vocab.json").write_text(json.dumps(config["vocab"]))
-        elif name in ("target", "drafter_r2", "drafter_r4", "draft_model"):
+        elif name in AR_MODELS:
             (pipe.run / f"{name}.json").write_text(json.dumps(config))
     adopted = json.loads((folder / "training_report.json").read_text())
     for stage, entry in adopted.items():
