@@ -29,9 +29,11 @@ def run_cli(*args, env: dict | None = None, timeout: float = 120) -> subprocess.
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
 
 
-def tiny_gpt(seed: int, vocab: int, side: int, dim_preset: str = "test-tiny", std: float = 0.5) -> GPT:
+def tiny_gpt(seed: int, vocab: int, side: int, dim_preset: str = "test-tiny", std: float = 0.5, grid=None) -> GPT:
+    """A random GPT over a ``side`` x ``side`` grid (or ``grid``, ``(height, width)``)."""
+    height, width = grid or (side, side)
     cfg = GPTConfig.preset(
-        dim_preset, vocab_size=vocab, max_seq_len=side * side, cond_len=2, cond_dim=4, multiple_of=32
+        dim_preset, vocab_size=vocab, max_seq_len=height * width, cond_len=2, cond_dim=4, multiple_of=32, grid=grid
     )
     return init_random_(GPT(cfg), seed, std=std).eval()
 

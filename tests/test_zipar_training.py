@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mulo.methods.zipar import RowFill, passes, training_mask
+from mulo.methods.zipar import RowFill, passes, proxy_slots, training_inputs, training_mask
 from mulo.runner import ModelRunner
 from tests.helpers import tiny_gpt
 
@@ -21,6 +21,27 @@ def test_passes_follow_zipar_schedule(height, width, window):
         assert (order[2:, 0] == order[1:-1, window]).all()
 
 
+def zipar_decode(model, cond, window: int, draw):
+    """ZipAR-decode the model's grid with ``draw``; returns (tokens, the probs each token was
+    sampled from)."""
+    runner = ModelRunner(model, cond, guidance=1.0, temperature=1.0, top_k=0, top_p=1.0)
+    runner.prefill()
+    n = model.cfg.max_seq_len
+    seq = torch.full((n,), -1, dtype=torch.long)
+    decoded = torch.empty(n, model.cfg.vocab_size)
+    drawn = []
+
+    def record(probs):
+        drawn.append(probs)
+        return draw(probs)
+
+    fill = RowFill(runner, seq, (0, runner.grid[0]), window, record)
+    while not fill.finished:
+        produced = fill.step()
+        decoded[produced] = drawn[-1]
+    return seq, decoded
+
+
 @pytest.mark.parametrize("window", [1, 2, 3])
 def test_teacher_forced_probs_under_the_mask_equal_zipar_decoding(window):
     """Every query of one masked teacher-forced pass gets the distribution ZipAR decoding gets. The
@@ -28,25 +49,43 @@ def test_teacher_forced_probs_under_the_mask_equal_zipar_decoding(window):
     row above's last token until that one is sampled) holds what the teacher-forced slot holds:
     what is compared is only which slots each query sees, directly and through the K/V of the
     slots it sees (computed when they were fed)."""
-    side, vocab = 5, 16
-    model = tiny_gpt(seed=3, vocab=vocab, side=side)
+    side = 5
+    model = tiny_gpt(seed=3, vocab=16, side=side)
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(4))
-    runner = ModelRunner(model, cond, guidance=1.0, temperature=1.0, top_k=0, top_p=1.0)
-    runner.prefill()
-    seq = torch.full((side * side,), -1, dtype=torch.long)
-    decoded = torch.empty(side * side, vocab)
-    drawn = []
-
-    def draw(probs):
-        drawn.append(probs)
-        return torch.full((len(probs),), 7)
-
-    fill = RowFill(runner, seq, (0, side), window, draw)
-    while not fill.finished:
-        produced = fill.step()
-        decoded[produced] = drawn[-1]
+    seq, decoded = zipar_decode(model, cond, window, lambda probs: torch.full((len(probs),), 7))
     with torch.no_grad():
         forced = torch.softmax(model(seq[None, :-1], cond[None], training_mask(2, side, side, window))[0], -1)
         causal = torch.softmax(model(seq[None, :-1], cond[None])[0], -1)
     torch.testing.assert_close(forced, decoded)
     assert not torch.allclose(forced, causal, atol=1e-3)  # and ZipAR's view is not the causal one
+
+
+@pytest.mark.parametrize("height, width, window", [(6, 6, 2), (5, 6, 1), (6, 5, 3), (5, 7, 2)])
+def test_proxies_in_training_inputs_are_what_zipar_feeds(height, width, window):
+    """Sampled (varied) tokens, so a proxy differs from the true row end. With
+    ``training_inputs``, every query that runs while all the proxies it sees are in place gets
+    the distribution ZipAR decoding gets, the first tokens of rows included (predicted from the
+    proxy at their own input slot); with the true row ends (as before) those do not. Queries
+    that run after a row end they see is re-fed with its truth are not exact either way."""
+    model = tiny_gpt(seed=5, vocab=16, side=0, grid=(height, width))
+    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(6))
+    g = torch.Generator().manual_seed(7)
+    seq, decoded = zipar_decode(model, cond, window, lambda probs: torch.multinomial(probs, 1, generator=g)[:, 0])
+    mask = training_mask(2, height, width, window)
+    with torch.no_grad():
+        fed = training_inputs(seq[None, :-1], height, width, window)
+        forced = torch.softmax(model(fed, cond[None], mask)[0], -1)
+        truth = torch.softmax(model(seq[None, :-1], cond[None], mask)[0], -1)
+
+    order = passes(height, width, window)
+    slots, sources = proxy_slots(height, width, window)
+    assert len(slots) == height - 2
+    # query u sees proxy slot v from the pass that starts v's next row; v's true token is
+    # re-fed in the pass after it is sampled
+    u = torch.arange(height * width)[:, None]
+    sees = (slots[None, :] < u) & (order[slots + 1][None, :] <= order[:, None])
+    exact = ~(sees & (order[:, None] > order[slots][None, :])).any(1)
+    torch.testing.assert_close(forced[exact], decoded[exact])
+    # the first token of a row is predicted from the proxy at its own input slot
+    row_firsts = (slots + 1)[exact[slots + 1] & (seq[slots] != seq[sources])]
+    assert len(row_firsts) and not torch.allclose(truth[row_firsts], decoded[row_firsts], atol=1e-3)

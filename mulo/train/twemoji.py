@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from diffusers import VQModel
 
 from mulo.engine import Engine
-from mulo.methods.zipar import training_mask
+from mulo.methods.zipar import training_inputs, training_mask
 from mulo.models.gpt import GPT
 from mulo.models.text import IMAGE_PX, MiniCLIP, WordTokenizer
 from mulo.models.upsample import TokenUpsampler
@@ -376,7 +376,10 @@ class Pipeline:
                 noise = torch.from_numpy(rng.random(inputs.shape) < self.budget.input_noise).to(self.device)
                 random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(self.device)
                 inputs = torch.where(noise, random_codes, inputs)
-            mask = masks[rng.choice(list(masks))] if rng.random() < zipar_share else None
+            mask = None
+            if rng.random() < zipar_share:  # ZipAR's view: hidden slots and row-end proxies
+                window = int(rng.choice(list(masks)))
+                mask, inputs = masks[window], training_inputs(inputs, side, side, window)
             with autocast(self.device):
                 logits = model(inputs, cond, mask)
             return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
@@ -392,11 +395,10 @@ class Pipeline:
             cycles=self.budget.target_cycles if stage == "target" else None,
         )
         val = np.flatnonzero(is_val)
-        losses = {"val_loss": validation_loss(model, tokens[val], cond_name[val], None, self.device)}
-        if stage != "draft_model":  # what the hidden context of ZipAR costs, teacher-forced
+        losses = {"val_loss": validation_loss(model, tokens[val], cond_name[val], self.device)}
+        if stage != "draft_model":  # what ZipAR's view costs, teacher-forced
             for window in (4, 8):
-                mask = training_mask(COND_LEN + 1, side, side, window).to(self.device)
-                loss = validation_loss(model, tokens[val], cond_name[val], mask, self.device)
+                loss = validation_loss(model, tokens[val], cond_name[val], self.device, zipar_window=window)
                 losses[f"val_loss_zipar_w{window}"] = loss
         torch.save(model.state_dict(), self.run / f"{stage}.pt")
         (self.run / f"{stage}.json").write_text(json.dumps(asdict(cfg)))
@@ -516,13 +518,20 @@ class Pipeline:
 
 
 @torch.no_grad()
-def validation_loss(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, mask, device: str, batch: int = 32) -> float:
-    """Mean teacher-forced cross-entropy of ``tokens [N, L]`` given ``cond``, under ``mask``
-    (causal when None), in batches."""
+def validation_loss(
+    model: GPT, tokens: torch.Tensor, cond: torch.Tensor, device: str, zipar_window: int | None = None, batch: int = 32
+) -> float:
+    """Mean teacher-forced cross-entropy of ``tokens [N, L]`` given ``cond``, in batches: causal,
+    or as ZipAR with ``zipar_window`` sees them (its mask and row-end proxies)."""
+    height, width = model.cfg.grid_hw
+    mask = None
+    if zipar_window is not None:
+        mask = training_mask(model.cfg.cond_len, height, width, zipar_window).to(device)
     total = 0.0
     for i in range(0, len(tokens), batch):
         x = tokens[i : i + batch].to(device)
-        logits = model(x[:, :-1], cond[i : i + batch].to(device), mask)
+        inputs = x[:, :-1] if zipar_window is None else training_inputs(x[:, :-1], height, width, zipar_window)
+        logits = model(inputs, cond[i : i + batch].to(device), mask)
         total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1), reduction="sum"))
     return round(total / tokens.numel(), 4)
 
