@@ -253,8 +253,9 @@ def _parallel_decoding(budget: dict) -> str:
     return (
         f"\n  The target and the drafters are trained for parallel decoding: in {share} of their steps the\n"
         f"  attention mask hides from each token what ZipAR (window {windows}, one per step) has not\n"
-        "  produced when it samples that token (`mulo.methods.zipar.training_mask`), so one target serves\n"
-        "  raster AR, ZipAR and ZipAR inside MuLo-SD's islands, and a drafter drafts ZipAR-style."
+        "  produced when it samples that token (`mulo.methods.zipar.training_mask`), and a row's last slot\n"
+        "  holds ZipAR's proxy for it where the next row starts early (`training_inputs`), so one target\n"
+        "  serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands, and a drafter drafts ZipAR-style."
     )
 
 

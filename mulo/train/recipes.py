@@ -117,8 +117,9 @@ SMOKE = Budget(
 # the third continued it at a quarter of the peak (train loss 0.071, validation 1.67; AR adherence
 # 0.54, FD 1.69 on the same 24 prompts, but ZipAR w8 0.04: decoding predicted each row's first
 # token from ZipAR's row-end proxy, which training had never fed). The fourth (2,000 steps, an
-# eighth of the peak) is the first to train on the proxies (`zipar.training_inputs`); a run from
-# scratch has them from its first step.
+# eighth of the peak) is the first to train on the proxies (`zipar.training_inputs`; train loss
+# 0.079, validation 1.66; AR adherence 0.63, ZipAR w8 0.42 on the 24 prompts); a run from scratch
+# has them from its first step.
 FULL_128 = replace(
     FULL, ar_steps=14000, target_cycles=(4000, 4000, 4000, 2000), target_batch=16, zipar_share=0.5, drafter_steps=3600
 )
