@@ -29,7 +29,9 @@ def run_cli(*args, env: dict | None = None, timeout: float = 120) -> subprocess.
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
 
 
-def tiny_gpt(seed: int, vocab: int, side: int, dim_preset: str = "test-tiny", std: float = 0.5, grid=None) -> GPT:
+def tiny_gpt(
+    seed: int, vocab: int, side: int | None = None, dim_preset: str = "test-tiny", std: float = 0.5, grid=None
+) -> GPT:
     """A random GPT over a ``side`` x ``side`` grid (or ``grid``, ``(height, width)``)."""
     height, width = grid or (side, side)
     cfg = GPTConfig.preset(

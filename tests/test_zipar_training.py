@@ -67,7 +67,7 @@ def test_proxies_in_training_inputs_are_what_zipar_feeds(height, width, window):
     the distribution ZipAR decoding gets, the first tokens of rows included (predicted from the
     proxy at their own input slot); with the true row ends (as before) those do not. Queries
     that run after a row end they see is re-fed with its truth are not exact either way."""
-    model = tiny_gpt(seed=5, vocab=16, side=0, grid=(height, width))
+    model = tiny_gpt(seed=5, vocab=16, grid=(height, width))
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(6))
     g = torch.Generator().manual_seed(7)
     seq, decoded = zipar_decode(model, cond, window, lambda probs: torch.multinomial(probs, 1, generator=g)[:, 0])

@@ -13,6 +13,8 @@ window < W: W + (H-2)*window + W.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 from mulo.methods.common import DecodeContext
@@ -60,11 +62,12 @@ def training_mask(cond_len: int, height: int, width: int, window: int) -> torch.
     return mask
 
 
+@cache  # training asks every step; the schedule is a Python loop over the grid
 def proxy_slots(height: int, width: int, window: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(slots, sources)``: the raster positions of the row ends that ZipAR with ``window``
-    first feeds with a proxy, and the position of the token each proxy copies (the latest token
-    of that row sampled before the pass that starts the next row). Empty when rows never start
-    early (``window >= width``)."""
+    """``(slots, sources)`` (shared: read only): the raster positions of the row ends that ZipAR
+    with ``window`` first feeds with a proxy, and the position of the token each proxy copies
+    (the latest token of that row sampled before the pass that starts the next row). Empty when
+    rows never start early (``window >= width``)."""
     order = passes(height, width, window).view(height, width)
     rows = [i for i in range(1, height - 1) if order[i, -1] >= order[i + 1, 0]]
     slots = [i * width + width - 1 for i in rows]
