@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mulo.methods.zipar import RowFill, passes, proxy_slots, training_inputs, training_mask
+from mulo.methods import zipar
+from mulo.methods.zipar import RowFill, passes, proxied_targets, proxy_slots, training_inputs, training_mask
 from mulo.runner import ModelRunner
 from tests.helpers import tiny_gpt
 
@@ -89,3 +90,22 @@ def test_proxies_in_training_inputs_are_what_zipar_feeds(height, width, window):
     # the first token of a row is predicted from the proxy at its own input slot
     row_firsts = (slots + 1)[exact[slots + 1] & (seq[slots] != seq[sources])]
     assert len(row_firsts) and not torch.allclose(truth[row_firsts], decoded[row_firsts], atol=1e-3)
+
+
+@pytest.mark.parametrize("height, width, window", [(6, 6, 2), (5, 6, 1), (6, 5, 3), (5, 7, 2), (4, 4, 4)])
+def test_proxied_targets_are_the_tokens_decoding_predicts_from_a_proxy(monkeypatch, height, width, window):
+    """The tokens whose loss the target's recipe can weigh (``Budget.proxy_weight``) are exactly
+    those ZipAR decoding predicts from a proxy input, recorded where decoding substitutes one."""
+    from_proxy = []
+
+    def recording(seq, inputs, final, width):
+        from_proxy.extend(v + 1 for v in inputs.tolist() if not bool(final[v]))
+        return proxy_inputs(seq, inputs, final, width)
+
+    proxy_inputs = zipar.proxy_inputs
+    monkeypatch.setattr(zipar, "proxy_inputs", recording)
+    model = tiny_gpt(seed=8, vocab=16, grid=(height, width))
+    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(9))
+    zipar_decode(model, cond, window, lambda probs: torch.full((len(probs),), 3))
+    assert sorted(from_proxy) == proxied_targets(height, width, window).tolist()
+    assert len(from_proxy) == (height - 2 if window < width else 0)

@@ -75,6 +75,12 @@ def proxy_slots(height: int, width: int, window: int) -> tuple[torch.Tensor, tor
     return torch.tensor(slots, dtype=torch.long), torch.tensor(sources, dtype=torch.long)
 
 
+def proxied_targets(height: int, width: int, window: int) -> torch.Tensor:
+    """Raster positions of the tokens ZipAR with ``window`` predicts from a proxy input: the first
+    token of each row that starts before the row above is finished."""
+    return proxy_slots(height, width, window)[0] + 1
+
+
 def training_inputs(inputs: torch.Tensor, height: int, width: int, window: int) -> torch.Tensor:
     """Teacher-forced inputs ``[B, height*width - 1]`` (token ``k`` at slot ``k``) with ZipAR's
     proxies in place of the true row ends, for a pass under ``training_mask`` with ``window``.

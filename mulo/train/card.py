@@ -256,6 +256,16 @@ def _parallel_decoding(budget: dict) -> str:
         "  produced when it samples that token (`mulo.methods.zipar.training_mask`), and a row's last slot\n"
         "  holds ZipAR's proxy for it where the next row starts early (`training_inputs`), so one target\n"
         "  serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands, and a drafter drafts ZipAR-style."
+        + _proxy_weight(budget)
+    )
+
+
+def _proxy_weight(budget: dict) -> str:
+    if budget.get("proxy_weight", 1.0) == 1.0:
+        return ""
+    return (
+        f"\n  From target step {budget['proxy_weight_from']:,} on, each row's first token that ZipAR predicts\n"
+        f"  from the proxy weighs {budget['proxy_weight']:g} in the loss of those steps (`Budget.proxy_weight`)."
     )
 
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from diffusers import VQModel
 
 from mulo.engine import Engine
-from mulo.methods.zipar import training_inputs, training_mask
+from mulo.methods.zipar import proxied_targets, training_inputs, training_mask
 from mulo.models.gpt import GPT
 from mulo.models.text import IMAGE_PX, MiniCLIP, WordTokenizer
 from mulo.models.upsample import TokenUpsampler
@@ -362,6 +362,7 @@ class Pipeline:
         # The target and the drafters (MuLo-SD v2 drafts ZipAR-style); not the draft model, which
         # SD and LANTERN run token by token.
         zipar_share = self.budget.zipar_share if stage != "draft_model" else 0.0
+        proxy_weight = self.budget.proxy_weight if stage == "target" else 1.0
         windows = self.budget.zipar_windows if zipar_share else ()
         masks = {w: training_mask(COND_LEN + 1, side, side, w).to(self.device) for w in windows}
 
@@ -376,13 +377,19 @@ class Pipeline:
                 noise = torch.from_numpy(rng.random(inputs.shape) < self.budget.input_noise).to(self.device)
                 random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(self.device)
                 inputs = torch.where(noise, random_codes, inputs)
-            mask = None
+            mask, weights = None, None
             if rng.random() < zipar_share:  # ZipAR's view: hidden slots and row-end proxies
                 window = int(rng.choice(list(masks)))
                 mask, inputs = masks[window], training_inputs(inputs, side, side, window)
+                if proxy_weight != 1.0 and step >= self.budget.proxy_weight_from:
+                    weights = torch.ones(side * side, device=self.device)
+                    weights[proxied_targets(side, side, window).to(self.device)] = proxy_weight
             with autocast(self.device):
                 logits = model(inputs, cond, mask)
-            return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
+            if weights is None:
+                return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
+            losses = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
+            return (losses * weights).mean()  # the other tokens' gradients as in an unweighted step
 
         stats = train(
             stage,
