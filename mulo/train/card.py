@@ -261,7 +261,7 @@ def _parallel_decoding(budget: dict) -> str:
 
 
 def _proxy_weight(budget: dict) -> str:
-    if budget.get("proxy_weight", 1.0) == 1.0:
+    if budget["proxy_weight"] == 1.0:
         return ""
     return (
         f"\n  From target step {budget['proxy_weight_from']:,} on, each row's first token that ZipAR predicts\n"

@@ -365,6 +365,11 @@ class Pipeline:
         proxy_weight = self.budget.proxy_weight if stage == "target" else 1.0
         windows = self.budget.zipar_windows if zipar_share else ()
         masks = {w: training_mask(COND_LEN + 1, side, side, w).to(self.device) for w in windows}
+        token_weights = {}  # per window: the loss weight of each target token in a masked step
+        if proxy_weight != 1.0:
+            for w in windows:
+                token_weights[w] = torch.ones(side * side, device=self.device)
+                token_weights[w][proxied_targets(side, side, w).to(self.device)] = proxy_weight
 
         def loss_fn(step):
             # One generator per step, so a stage resumed in a later session draws what an
@@ -381,9 +386,8 @@ class Pipeline:
             if rng.random() < zipar_share:  # ZipAR's view: hidden slots and row-end proxies
                 window = int(rng.choice(list(masks)))
                 mask, inputs = masks[window], training_inputs(inputs, side, side, window)
-                if proxy_weight != 1.0 and step >= self.budget.proxy_weight_from:
-                    weights = torch.ones(side * side, device=self.device)
-                    weights[proxied_targets(side, side, window).to(self.device)] = proxy_weight
+                if step >= self.budget.proxy_weight_from:
+                    weights = token_weights.get(window)
             with autocast(self.device):
                 logits = model(inputs, cond, mask)
             if weights is None:
