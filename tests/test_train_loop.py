@@ -59,3 +59,35 @@ def test_a_run_stopped_and_resumed_ends_where_an_uninterrupted_one_does(tmp_path
 def test_cycles_must_cover_the_steps(tmp_path):
     with pytest.raises(ValueError, match=r"add up to 9 steps, not 10"):
         _run(tmp_path / "x.ckpt", 10, (5, 4))
+
+
+def test_bf16_is_chosen_by_measurement_not_by_flags(monkeypatch):
+    """Without native bf16 the CPU trains in fp32, untimed; with it, in bf16 only when bf16 matrix
+    products measure faster (a Xeon with AVX512-BF16 ran them 1.5x slower)."""
+    from mulo.train import loop
+
+    def choice(fp32_seconds: float | None, bf16_seconds: float | None) -> bool:
+        if fp32_seconds is None:  # the clock must not be read
+            ticks = iter(())
+        else:  # five timings per dtype, fp32 first: the start and end of each
+            ticks = iter(
+                [
+                    t
+                    for d, s in ((0, fp32_seconds), (100, bf16_seconds))
+                    for i in range(5)
+                    for t in (d + 10 * i, d + 10 * i + s)
+                ]
+            )
+        monkeypatch.setattr(loop.time, "perf_counter", lambda: next(ticks))
+        loop.cpu_bf16_pays.cache_clear()
+        try:
+            return loop.cpu_bf16_pays()
+        finally:
+            loop.cpu_bf16_pays.cache_clear()
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert choice(None, None) is False
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    assert choice(1.0, 0.6) is True
+    assert choice(1.0, 1.5) is False

@@ -263,9 +263,10 @@ def _parallel_decoding(budget: dict) -> str:
 def _proxy_weight(budget: dict) -> str:
     if budget["proxy_weight"] == 1.0:
         return ""
+    start = f"From target step {budget['proxy_weight_from']:,} on, in" if budget["proxy_weight_from"] else "In"
     return (
-        f"\n  From target step {budget['proxy_weight_from']:,} on, each row's first token that ZipAR predicts\n"
-        f"  from the proxy weighs {budget['proxy_weight']:g} in the loss of those steps (`Budget.proxy_weight`)."
+        f"\n  {start} the target's masked steps each row's first token that ZipAR predicts from the\n"
+        f"  proxy weighs {budget['proxy_weight']:g} in the loss (`Budget.proxy_weight`)."
     )
 
 
@@ -330,6 +331,18 @@ measured on.
   benchmark: ZipAR with window 4 at adherence 0.17, AR 0.42). So half of the steps of this target
   and its drafters train under ZipAR's mask (`zipar_share`); the report's `val_loss_zipar_w4` /
   `_w8` give the gap each is left with.
+- **The first run's target** (16,000 steps at batch 16 in five cosine cycles, each peak half the one
+  before, about 12 h on 2 CPU cores; its weights were lost with that machine). After the first 4,000
+  steps (training loss 0.30) it drew emoji-shaped colour blobs (adherence 0.0 on 24 evaluation
+  prompts), its loss still falling fast when the learning rate reached zero; at step 8,000 faces with
+  features (AR 0.17); at 12,000 AR adherence 0.54 but ZipAR w8 0.04: decoding predicted each row's
+  first token from ZipAR's row-end proxy, which training had never fed (its loss there 1.66 nats
+  against 0.11 causal). Trained on the proxies (`zipar.training_inputs`) from step 12,000, at step
+  14,000 AR reached 0.575 and ZipAR w8 0.383 over the 120 prompts (FD 0.51 and 0.65): ZipAR's samples
+  still left their emoji at a row's first token (the causal target's loss on it 0.66 nats in ZipAR's
+  samples, 0.025 in AR's), so those tokens were weighted 8 (`proxy_weight`) for the last 2,000 steps:
+  0.22 nats at step 14,800 on the true images, 0.27 before, 0.15 causal. This recipe keeps the
+  proxies and their weight from the first step, in one cosine.
 """
 PNG_DATA = """Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
 {images:,} images including skin-tone variants, composited over white; names, short names and
@@ -431,7 +444,7 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   conditioned on the text features, {recipe["cfg_dropout"]:.0%} condition dropout for classifier-free
   guidance, text augmentation ({_text_mix(mix)}), {_teacher_forcing(budget)}.
   Batches draw every emoji equally often, its skin-tone variants sharing its weight; bf16 autocast
-  where the hardware supports it.{_parallel_decoding(budget)}
+  where it measures faster than fp32 (`loop.cpu_bf16_pays`).{_parallel_decoding(budget)}
 - **Same-grid draft model** (`draft_model`, {grid[1]}, width {small["dim"]}, {small["n_layer"]} layers) for
   the token-level baselines `sd` and `lantern`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle

@@ -112,31 +112,18 @@ SMOKE = Budget(
     input_noise_from=0.0,
     ar_text_mix={"name": 0.5, "short": 0.2, "description": 0.3},  # every kind of text on the smoke run
 )
-# The 32x32 target: 4x the tokens of a 16x16 sequence (4.6K tokens/s on 2 cores against 8.6K),
-# so half the batch and more steps; half its steps hide what ZipAR has not produced yet. The r = 2
-# drafter is a 16x16 model like twemoji-64's target and gets as many sequences as it did.
-# Three cosine cycles: after the first (4,000 steps, train loss 0.30) the target drew emoji-shaped
-# blobs without features (adherence 0.0 on 24 prompts), its loss still falling fast when the
-# learning rate reached zero; the second continued it from that checkpoint at half the peak (train
-# loss 0.11, validation 1.43; AR adherence 0.17 and FD 3.26 on 24 prompts, faces with features);
-# the third continued it at a quarter of the peak (train loss 0.071, validation 1.67; AR adherence
-# 0.54, FD 1.69 on the same 24 prompts, but ZipAR w8 0.04: decoding predicted each row's first
-# token from ZipAR's row-end proxy, which training had never fed). The fourth (2,000 steps, an
-# eighth of the peak) is the first to train on the proxies (`zipar.training_inputs`; train loss
-# 0.079, validation 1.66; AR adherence 0.63, ZipAR w8 0.42 on the 24 prompts); a run from scratch
-# has them from its first step. ZipAR's samples still left their emoji at each row's first token
-# (the AR target's loss on it: 0.66 nats in ZipAR w8 samples, 0.025 in its own, 24 prompts), which
-# ZipAR predicts from the proxy, 0.27 nats on the true images against 0.13 causal after 2,000 steps
-# with it: the fifth (2,000 steps, a sixteenth of the peak) continues that, those first tokens
-# weighing 8 in the loss of its ZipAR steps.
+# The 32x32 target: 4x the tokens of a 16x16 sequence, so half the batch and more steps; half its
+# steps see what ZipAR decoding sees (its mask and row-end proxies), and in those steps each row's
+# first token, which ZipAR predicts from a proxy, weighs 8 in the loss. The r = 2 drafter is a
+# 16x16 model like twemoji-64's target and gets as many sequences as it did.
+# One cosine over all the steps: the first run (MODEL_CARD.md, History) went through five warm
+# restarts, and its first cycle reached a learning rate of zero while its loss was still falling fast.
 FULL_128 = replace(
     FULL,
     ar_steps=16000,
-    target_cycles=(4000, 4000, 4000, 2000, 2000),
     target_batch=16,
     zipar_share=0.5,
     proxy_weight=8.0,
-    proxy_weight_from=14000,
     drafter_steps=3600,
 )
 

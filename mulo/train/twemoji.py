@@ -38,7 +38,7 @@ from mulo.models.upsample import TokenUpsampler
 from mulo.train import data as data_mod
 from mulo.train.assets import adopt_assets, export
 from mulo.train.eagle import train_eagle_head
-from mulo.train.loop import autocast, init_weights, train
+from mulo.train.loop import autocast, cpu_bf16_pays, init_weights, train
 from mulo.train.recipes import (
     CFG_DROPOUT,
     COND_LEN,
@@ -552,7 +552,8 @@ def hardware(device: str) -> str:
 
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    precision = "bf16" if cpu_bf16_pays() else "fp32"  # what the AR models and the EAGLE head train in
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads, {precision}"
 
 
 def run(
