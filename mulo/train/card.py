@@ -263,10 +263,9 @@ def _parallel_decoding(budget: dict) -> str:
 def _proxy_weight(budget: dict) -> str:
     if budget["proxy_weight"] == 1.0:
         return ""
-    start = f"From target step {budget['proxy_weight_from']:,} on, in" if budget["proxy_weight_from"] else "In"
     return (
-        f"\n  {start} the target's masked steps each row's first token that ZipAR predicts from the\n"
-        f"  proxy weighs {budget['proxy_weight']:g} in the loss (`Budget.proxy_weight`)."
+        "\n  In the target's masked steps each row's first token that ZipAR predicts from the proxy\n"
+        f"  weighs {budget['proxy_weight']:g} in the loss (`Budget.proxy_weight`)."
     )
 
 

@@ -76,11 +76,10 @@ class Budget:
     # one target serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands.
     zipar_share: float = 0.0
     zipar_windows: tuple[int, ...] = (2, 4, 8, 16)
-    # From target step ``proxy_weight_from`` on, the loss of each row's first token that ZipAR
-    # predicts from a proxy (``zipar.proxied_targets``) weighs ``proxy_weight`` in those steps: the
-    # one prediction ZipAR makes from an input that is not its slot's token.
+    # In the target's ZipAR steps, the loss of each row's first token that ZipAR predicts from a
+    # proxy (``zipar.proxied_targets``) weighs ``proxy_weight``: the one prediction ZipAR makes from
+    # an input that is not its slot's token.
     proxy_weight: float = 1.0
-    proxy_weight_from: int = 0
     oracle_images: int = 96  # validation emoji in the VQ study's oracle MuLo-SD
     # EAGLE-2's draft head: steps, batch, the uniform noise on the target features it reads
     # (EAGLE's: the head feeds on its own imperfect predictions when it drafts), and the weight of

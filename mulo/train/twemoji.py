@@ -386,8 +386,7 @@ class Pipeline:
             if rng.random() < zipar_share:  # ZipAR's view: hidden slots and row-end proxies
                 window = int(rng.choice(list(masks)))
                 mask, inputs = masks[window], training_inputs(inputs, side, side, window)
-                if step >= self.budget.proxy_weight_from:
-                    weights = token_weights.get(window)
+                weights = token_weights.get(window)
             with autocast(self.device):
                 logits = model(inputs, cond, mask)
             if weights is None:
