@@ -80,8 +80,9 @@ def build_demo() -> gr.Blocks:
                         list(engines.FAMILY_CHOICES),
                         value=engines.DEFAULT_FAMILY,
                         label="family",
-                        info="twemoji: trained here (CPU); toy: random weights (code paths only); "
-                        "tar: the real Tar models (GPU, weights from `python -m mulo download tar`)",
+                        info="twemoji (32x32 tokens), twemoji-64 (16x16): trained here (CPU); toy: random "
+                        "weights (code paths only); tar: the real Tar models (GPU, weights from "
+                        "`python -m mulo download tar`)",
                     )
                     third = RawDropdown(
                         list(baselines()),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
 from mulo.config import GenerationConfig, key_of
+from mulo.families import DEFAULT_FAMILY, TWEMOJI
 
 log = logging.getLogger("mulo")
 
@@ -48,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True)
     gen.add_argument(
         "--family",
-        default="twemoji",
-        help="model family: twemoji (default), toy, or tar (= tar-1.5b-512), tar-1.5b-1024, tar-7b-512, tar-7b-1024",
+        default=DEFAULT_FAMILY,
+        help=f"model family (default {DEFAULT_FAMILY}): twemoji, twemoji-64, toy, or tar (= tar-1.5b-512), "
+        "tar-1.5b-1024, tar-7b-512, tar-7b-1024",
     )
     gen.add_argument("--method", default="mulo", help=_method_help())
     gen.add_argument("--seed", type=int, default=0)
@@ -58,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
     tr = sub.add_parser("train", help="train a model family (twemoji: 32x32 tokens, twemoji-64: 16x16)")
-    tr.add_argument("family", choices=["twemoji", "twemoji-64"])
+    tr.add_argument("family", choices=TWEMOJI)
     tr.add_argument("--smoke", action="store_true", help="a few steps of every stage on a few images")
     tr.add_argument("--device", default="cpu")
     tr.add_argument("--run-dir", type=Path, help="checkpoints and the report (default runs/FAMILY)")
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. eagle, to a family trained before it existed)",
     )
     be = sub.add_parser("bench", help="speed and quality of every method, side by side (the paper's table)")
-    be.add_argument("--family", default="twemoji")
+    be.add_argument("--family", default=DEFAULT_FAMILY)
     be.add_argument("--device", default="cpu")
     be.add_argument("--quick", action="store_true", help="2 prompts, 9 methods: about a minute on 2 CPU cores")
     be.add_argument(

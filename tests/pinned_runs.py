@@ -1,4 +1,4 @@
-"""Runs whose tokens are pinned: every method on the toy and twemoji families at a few knob
+"""Runs whose tokens are pinned: every method on the toy and twemoji-64 families at a few knob
 settings, plus the bundled example traces. A refactor must leave them unchanged.
 
 ``python -m tests.pinned_runs`` rewrites ``tests/data/pinned_runs.json`` from the current code;
@@ -26,17 +26,17 @@ RUNS = [
     ("toy", "mulo", 4, {"r": 4, "resampling": "raster", "refresh": False, "k": 2, "tau": 0.3}),
     ("toy", "mulo", 5, {"drafting": "zipar", "draft_window": 2, "island_window": 2, "radius": 2}),
     ("toy", "mulo", 6, {"upsampler": "learned", "rows_per_block": 1, "temperature": 0.7, "top_k": 20}),
-    ("twemoji", "ar", 1, {}),
-    ("twemoji", "zipar", 1, {}),
-    ("twemoji", "sjd", 1, {}),
-    ("twemoji", "sd", 1, {}),
-    ("twemoji", "lantern", 1, {}),
-    ("twemoji", "mulo", 1, {}),
-    ("twemoji", "mulo", 2, {"island_window": 4, "drafting": "zipar", "upsampler": "learned", "refresh": False}),
-    ("twemoji", "mulo", 2, {"r": 4, "resampling": "raster", "radius": 1, "cfg": 2.0}),
+    ("twemoji-64", "ar", 1, {}),
+    ("twemoji-64", "zipar", 1, {}),
+    ("twemoji-64", "sjd", 1, {}),
+    ("twemoji-64", "sd", 1, {}),
+    ("twemoji-64", "lantern", 1, {}),
+    ("twemoji-64", "mulo", 1, {}),
+    ("twemoji-64", "mulo", 2, {"island_window": 4, "drafting": "zipar", "upsampler": "learned", "refresh": False}),
+    ("twemoji-64", "mulo", 2, {"r": 4, "resampling": "raster", "radius": 1, "cfg": 2.0}),
     ("toy", "eagle2", 3, {}),
     ("toy", "eagle2", 4, {"tree_budget": 9, "tree_depth": 3, "tree_top_k": 3, "temperature": 0.7}),
-    ("twemoji", "eagle2", 1, {}),
+    ("twemoji-64", "eagle2", 1, {}),
 ]
 PROMPT = "red apple"
 
@@ -64,7 +64,7 @@ def main() -> int:
     from mulo.engine import Engine
     from mulo.families import load_family
 
-    engines = {name: Engine(load_family(name)) for name in ("toy", "twemoji")}
+    engines = {name: Engine(load_family(name)) for name in ("toy", "twemoji-64")}
     pins = []
     for family, method, seed, knobs in RUNS:
         pins.append({"family": family, "method": method, "seed": seed, "knobs": knobs, **run(

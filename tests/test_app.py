@@ -93,7 +93,7 @@ def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
 def test_switching_family_shows_its_defaults_and_codebook_ranges():
     names = [name for name, *_ in KNOBS]
     toy = dict(zip(names, family_knobs("toy"), strict=True))
-    twemoji = dict(zip(names, family_knobs("twemoji"), strict=True))
+    twemoji = dict(zip(names, family_knobs("twemoji-64"), strict=True))
     assert toy["cfg"]["value"] == 4.0 and twemoji["cfg"]["value"] == 1.0  # each family's recommendation
     assert twemoji["k"]["maximum"] == 31 and twemoji["top_k"]["maximum"] == 32  # 32 codes: k < 32
     assert toy["k"]["maximum"] == 64 and toy["top_k"]["maximum"] == 128

@@ -168,6 +168,21 @@ def test_cuda_index_beyond_the_devices_present(monkeypatch, capsys):
     assert err == "error: --device cuda:7: only 1 CUDA device(s) here, cuda:0 to cuda:0\n", err
 
 
+def test_a_twemoji_family_without_weights_says_how_to_get_them(tmp_path, monkeypatch, capsys):
+    import mulo.families.twemoji
+    from mulo.__main__ import main
+
+    monkeypatch.setattr(mulo.families.twemoji, "ASSETS_ROOT", tmp_path)
+    (tmp_path / "twemoji-64").mkdir()
+    (tmp_path / "twemoji-64" / "target.safetensors").touch()  # the other family is shipped
+    assert main(["generate", "--family", "twemoji", "--prompt", "red apple"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: twemoji weights missing in {tmp_path / 'twemoji'} (clip.json, clip.safetensors, vq.json...): "
+        "train them with python -m mulo train twemoji, or use --family twemoji-64 or toy\n"
+    ), err
+
+
 def test_unwritable_output_folder(tmp_path, monkeypatch, capsys):
     import mulo.cli_checks
     from mulo.__main__ import main

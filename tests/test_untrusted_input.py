@@ -58,15 +58,15 @@ def test_hostile_traces_cost_under_200_mb_and_2_s_and_say_what_is_wrong(base_tra
 
 
 def test_trace_bounds_cover_every_family(toy):
-    from mulo.families import tar, twemoji
+    from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, TWEMOJI, tar
 
     assert max(toy.grid) <= MAX_GRID_SIDE and toy.vocab_size <= MAX_VOCAB
     # Tar's image tokenizer is LlamaGen's VQ-16 (vq_ds16_t2i.pt): 16x down-sampling, 16384 codes
     assert max(res // 16 for res in tar.RATIOS) <= MAX_GRID_SIDE and MAX_VOCAB >= 16384
-    shipped = [name for name in twemoji.NAMES if (twemoji.ASSETS_ROOT / name / "target.json").exists()]
-    assert "twemoji" in shipped
+    shipped = [name for name in TWEMOJI if (ASSETS_ROOT / name / "target.json").exists()]
+    assert DEFAULT_FAMILY in shipped
     for name in shipped:
-        config = json.loads((twemoji.ASSETS_ROOT / name / "target.json").read_text())  # square, max_seq_len tokens
+        config = json.loads((ASSETS_ROOT / name / "target.json").read_text())  # square, max_seq_len tokens
         assert config["max_seq_len"] <= MAX_GRID_SIDE**2 and config["vocab_size"] <= MAX_VOCAB
         side = math.isqrt(config["max_seq_len"])
         # The longest trace the family can write: a round per token. Up to 16x16 every grid of

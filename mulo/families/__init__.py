@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-FAMILIES = ("twemoji", "toy", "tar")
+from pathlib import Path
+
+# The twemoji families: ``twemoji``, 32x32 tokens at 128 px (Tar's 512 px geometry, issue 19), and
+# ``twemoji-64``, the first one, 16x16 tokens at 64 px; each ships in assets/NAME.
+TWEMOJI = ("twemoji", "twemoji-64")
+ASSETS_ROOT = Path(__file__).resolve().parents[2] / "assets"
+FAMILIES = (*TWEMOJI, "toy", "tar")
+# The app's and the CLI's family: twemoji-64 until the 32x32 family's weights are shipped.
+DEFAULT_FAMILY = "twemoji-64"
 TAR_VARIANTS = ("tar", "tar-1.5b-1024", "tar-7b-512", "tar-7b-1024")
 
 
@@ -21,10 +29,10 @@ def load_family(name: str, device: str = "cpu"):
         from mulo.families import toy
 
         return toy.build().to(device)
-    if name == "twemoji":
+    if name in TWEMOJI:
         from mulo.families import twemoji
 
-        return twemoji.build().to(device)
+        return twemoji.build(name).to(device)
     if name == "tar" or name.startswith("tar-"):
         from mulo.families import tar
 

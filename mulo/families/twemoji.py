@@ -1,9 +1,9 @@
 """The twemoji families, trained by ``python -m mulo train NAME`` and shipped in assets/NAME.
 
-``twemoji`` (the default): target AR on 16x16 tokens (64 px), equal-size drafters on 8x8 (r=2) and
-4x4 (r=4), a small same-grid draft model for SD/LANTERN, learned up-samplers for r=2 and r=4, a
-diffusers VQModel shared by every resolution and the mini-CLIP text encoder as conditioner.
-``twemoji-64`` is the name that family takes once the 32x32-token family replaces it (issue 19).
+Each has a target AR model, equal-size drafters on the half (r=2) and quarter (r=4) grid, a small
+same-grid draft model for SD/LANTERN, learned up-samplers for r=2 and r=4, an EAGLE-2 draft head,
+a diffusers VQModel shared by every resolution and the mini-CLIP text encoder as conditioner.
+``twemoji``: 32x32 target tokens (128 px); ``twemoji-64``: 16x16 (64 px), the first family.
 Weights are fp16 safetensors, loaded as float32; nothing is downloaded.
 """
 
@@ -16,6 +16,7 @@ import torch
 from diffusers import VQModel
 from safetensors.torch import load_file
 
+from mulo.families import ASSETS_ROOT, TWEMOJI
 from mulo.families.base import Evaluation, Family
 from mulo.models.eagle import EagleHead
 from mulo.models.gpt import GPT, GPTConfig
@@ -23,9 +24,6 @@ from mulo.models.text import MiniCLIP, words
 from mulo.models.upsample import TokenUpsampler
 from mulo.models.vq import VQTokenizer
 
-NAMES = ("twemoji", "twemoji-64")
-ASSETS_ROOT = Path(__file__).resolve().parents[2] / "assets"
-ASSETS = ASSETS_ROOT / "twemoji"  # the default family's
 FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
 
 
@@ -88,16 +86,17 @@ class PromptConditioner:
         return notes
 
 
-def build(folder: str | Path | None = None, name: str = "twemoji") -> Family:
-    """The family ``name`` from ``folder`` (default: assets/NAME)."""
-    if name not in NAMES:
-        raise ValueError(f"twemoji family must be one of {', '.join(NAMES)} (got {name!r})")
+def build(name: str, folder: str | Path | None = None) -> Family:
+    """The family ``name`` (``twemoji`` or ``twemoji-64``) from ``folder`` (default: assets/NAME)."""
+    if name not in TWEMOJI:
+        raise ValueError(f"twemoji family must be one of {', '.join(TWEMOJI)} (got {name!r})")
     folder = Path(folder) if folder is not None else ASSETS_ROOT / name
     missing = [f"{n}.{ext}" for n in FILES for ext in ("json", "safetensors") if not (folder / f"{n}.{ext}").exists()]
     if missing:
+        shipped = [n for n in TWEMOJI if n != name and (ASSETS_ROOT / n / "target.safetensors").exists()]
         raise FileNotFoundError(
             f"{name} weights missing in {folder} ({', '.join(missing[:3])}...): "
-            f"train them with python -m mulo train {name}, or use --family toy"
+            f"train them with python -m mulo train {name}, or use --family {' or '.join([*shipped, 'toy'])}"
         )
     config, state = load_weights(folder, "clip")
     clip = MiniCLIP(config["vocab"], max_len=config["max_len"])

@@ -1,5 +1,5 @@
 """The oracle MuLo-SD table of a VQ on the SVG-rendered Twemoji (``mulo.eval.ceilings.oracle_mulo``):
-``python -m mulo.train.oracle [--vq assets/twemoji] [--images 96] [--cache DIR]``.
+``python -m mulo.train.oracle [--vq assets/FAMILY] [--images 96] [--cache DIR]``.
 
 The target's images are the 128 px renders (a 32x32-token grid with a 4x-down VQ), the perfect
 drafter's the 64 px (r = 2) and 32 px (r = 4) renders of the same validation emoji; pixel
@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from mulo.eval.ceilings import RESAMPLING_SCHEMES, oracle_mulo
+from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY
 from mulo.families.twemoji import load_vq
 from mulo.models.upsample import PixelUpsampler
 from mulo.models.vq import VQTokenizer
@@ -56,7 +57,9 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vq", type=Path, default=Path("assets/twemoji"), help="folder with vq.json/.safetensors")
+    parser.add_argument(
+        "--vq", type=Path, default=ASSETS_ROOT / DEFAULT_FAMILY, help="folder with vq.json/.safetensors"
+    )
     parser.add_argument("--images", type=int, default=96, help="validation emoji (default 96)")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = parser.parse_args(argv)

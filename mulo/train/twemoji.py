@@ -495,7 +495,7 @@ class Pipeline:
         from mulo.families import twemoji as family_mod
         from mulo.train import card
 
-        engine = Engine(family_mod.build(self.assets, self.recipe.family).to(self.device))
+        engine = Engine(family_mod.build(self.recipe.family, self.assets).to(self.device))
         metrics = card.evaluate(engine, self.data, self.load_clip(), self.assets, self.budget.eval_prompts)
         (self.assets / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.write_card(metrics)

@@ -40,10 +40,10 @@ def browser_type_launch_args(browser_type_launch_args):
 def app_url():
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import app
-    from mulo.families import twemoji
+    from mulo.families import ASSETS_ROOT
     from mulo.ui import engines
 
-    if not (twemoji.ASSETS / "target.safetensors").exists():
+    if not (ASSETS_ROOT / engines.DEFAULT_FAMILY / "target.safetensors").exists():
         engines.DEFAULT_FAMILY = "toy"  # the trained family is not installed: drive the UI on random weights
     demo = app.build_demo().queue(max_size=16)
     _, url, _ = demo.launch(
