@@ -10,29 +10,20 @@ import torch
 from mulo.train.loop import MIN_LR_SCALE, lr_scale, train
 
 
-def test_one_cycle_is_warm_up_then_cosine():
-    assert lr_scale(0, (1000,), warmup=100) == MIN_LR_SCALE  # 1 % of the peak, floored
-    assert lr_scale(9, (1000,), warmup=100) == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 0.009)))
-    assert lr_scale(99, (1000,), warmup=100) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.099)))
-    assert lr_scale(500, (1000,), warmup=100) == pytest.approx(0.5)
-    assert lr_scale(999, (1000,), warmup=100) == MIN_LR_SCALE
-
-
-def test_a_restart_warms_up_again_to_a_lower_peak():
-    cycles = (400, 600)
-    assert lr_scale(399, cycles, warmup=50) == MIN_LR_SCALE  # the first cycle ends at the floor
-    assert lr_scale(400, cycles, warmup=50) == pytest.approx(max(0.5 / 50, MIN_LR_SCALE))
-    peak = max(lr_scale(s, cycles, warmup=50) for s in range(400, 1000))
-    assert peak == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * 49 / 600)))
-    assert lr_scale(700, cycles, warmup=50) == pytest.approx(0.25)  # half-way down the second cosine
-    assert lr_scale(400, (400,), warmup=50) == MIN_LR_SCALE  # past the last cycle: the floor
+def test_warm_up_then_cosine():
+    assert lr_scale(0, 1000, warmup=100) == MIN_LR_SCALE  # 1 % of the peak, floored
+    assert lr_scale(9, 1000, warmup=100) == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 0.009)))
+    assert lr_scale(99, 1000, warmup=100) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.099)))
+    assert lr_scale(500, 1000, warmup=100) == pytest.approx(0.5)
+    assert lr_scale(999, 1000, warmup=100) == MIN_LR_SCALE
+    assert lr_scale(1200, 1000, warmup=100) == MIN_LR_SCALE  # past the schedule: the floor
 
 
 class _Stop(Exception):
     pass
 
 
-def _run(checkpoint, steps, cycles=None, stop_at=None):
+def _run(checkpoint, steps, stop_at=None):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     data = torch.randn(64, 4), torch.randn(64, 1)
@@ -43,22 +34,16 @@ def _run(checkpoint, steps, cycles=None, stop_at=None):
         rows = torch.arange(step * 8, step * 8 + 8) % 64  # what a step sees depends on its number only
         return torch.nn.functional.mse_loss(model(data[0][rows]), data[1][rows])
 
-    train("t", model, loss_fn, steps, checkpoint, lr=0.05, warmup=2, every=2, cycles=cycles)
+    train("t", model, loss_fn, steps, checkpoint, lr=0.05, warmup=2, every=2)
     return model.weight.detach().clone()
 
 
-@pytest.mark.parametrize("cycles", [None, (6, 4)])
-def test_a_run_stopped_and_resumed_ends_where_an_uninterrupted_one_does(tmp_path, cycles):
-    whole = _run(tmp_path / "whole.ckpt", 10, cycles)
+def test_a_run_stopped_and_resumed_ends_where_an_uninterrupted_one_does(tmp_path):
+    whole = _run(tmp_path / "whole.ckpt", 10)
     with pytest.raises(_Stop):
-        _run(tmp_path / "split.ckpt", 10, cycles, stop_at=7)  # checkpoint at step 6, step 6 redone
+        _run(tmp_path / "split.ckpt", 10, stop_at=7)  # checkpoint at step 6, step 6 redone
     assert torch.load(tmp_path / "split.ckpt", weights_only=True)["step"] == 6
-    assert torch.equal(_run(tmp_path / "split.ckpt", 10, cycles), whole)
-
-
-def test_cycles_must_cover_the_steps(tmp_path):
-    with pytest.raises(ValueError, match=r"add up to 9 steps, not 10"):
-        _run(tmp_path / "x.ckpt", 10, (5, 4))
+    assert torch.equal(_run(tmp_path / "split.ckpt", 10), whole)
 
 
 def test_bf16_is_chosen_by_measurement_not_by_flags(monkeypatch):

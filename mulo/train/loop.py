@@ -1,5 +1,4 @@
-"""A resumable training loop: AdamW, warm-up + cosine learning rate (optionally in several
-cycles, warm restarts), periodic checkpoints.
+"""A resumable training loop: AdamW, warm-up + cosine learning rate, periodic checkpoints.
 
 A stage that is stopped (or killed) resumes from its last checkpoint with the same model,
 optimizer and step, so a long CPU run can be split across sessions.
@@ -21,18 +20,11 @@ log = logging.getLogger(__name__)
 MIN_LR_SCALE = 0.02
 
 
-def lr_scale(step: int, cycles: tuple[int, ...], warmup: int = 100, restart_peak: float = 0.5) -> float:
-    """The learning rate at ``step`` over the peak: linear warm-up then a cosine to zero in each
-    cycle (``cycles``: their lengths in steps), each cycle's peak ``restart_peak`` times the one
-    before (warm restarts: a run continued past its first schedule), never below MIN_LR_SCALE."""
-    begin = 0
-    for index, length in enumerate(cycles):
-        if step < begin + length or index == len(cycles) - 1:
-            local = min(step - begin, length)
-            shape = min(1.0, (local + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * local / max(1, length)))
-            return max(restart_peak**index * shape, MIN_LR_SCALE)
-        begin += length
-    raise ValueError("no cycles")
+def lr_scale(step: int, steps: int, warmup: int = 100) -> float:
+    """The learning rate at ``step`` over the peak: linear warm-up, then a cosine that reaches zero
+    at ``steps``, never below MIN_LR_SCALE."""
+    warm = min(1.0, (step + 1) / max(1, warmup))
+    return max(warm * 0.5 * (1 + math.cos(math.pi * min(step, steps) / max(1, steps))), MIN_LR_SCALE)
 
 
 def train(
@@ -46,16 +38,9 @@ def train(
     warmup: int = 100,
     every: int = 200,
     on_step=None,
-    cycles: tuple[int, ...] | None = None,
 ) -> dict:
     """Run ``loss_fn(step) -> loss`` for ``steps`` steps; returns {"seconds", "final_loss"}.
-
-    ``cycles`` splits the steps into learning-rate cycles (``lr_scale``; default one cycle of
-    ``steps``). ``on_step(step)`` runs after each optimizer step (codebook restarts and the like).
-    """
-    cycles = tuple(cycles or (steps,))
-    if sum(cycles) != steps:
-        raise ValueError(f"{name}: the cycles {cycles} add up to {sum(cycles)} steps, not {steps}")
+    ``on_step(step)`` runs after each optimizer step (codebook restarts and the like)."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
     start, elapsed, recent = 0, 0.0, []
     if checkpoint.exists():
@@ -74,7 +59,7 @@ def train(
     tick = time.perf_counter()
     for step in range(start, steps):
         for group in opt.param_groups:
-            group["lr"] = lr * lr_scale(step, cycles, warmup)
+            group["lr"] = lr * lr_scale(step, steps, warmup)
         loss = loss_fn(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -52,9 +52,6 @@ class Budget:
     drafter_steps: int = 2000  # each low-res drafter
     ar_batch: int = 32
     target_batch: int | None = None  # the target's batch when not ar_batch
-    # The target's learning-rate cycles (``loop.lr_scale``: warm restarts, each peak half the one
-    # before); None: one cosine over ar_steps.
-    target_cycles: tuple[int, ...] | None = None
     draft_model_steps: int = 1700
     upsampler_steps: int = 800
     upsampler_batch: int = 64

@@ -402,7 +402,6 @@ class Pipeline:
             self.run / f"{stage}.ckpt",
             lr=1.5e-3 if stage != "draft_model" else 2e-3,
             every=self.budget.checkpoint_every,
-            cycles=self.budget.target_cycles if stage == "target" else None,
         )
         val = np.flatnonzero(is_val)
         losses = {"val_loss": validation_loss(model, tokens[val], cond_name[val], self.device)}
