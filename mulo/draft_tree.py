@@ -46,10 +46,6 @@ class DraftTree:
         self.scores.append(log_q if root_child else self.scores[parent] + log_q)
         return len(self.tokens) - 1
 
-    @property
-    def positions(self) -> list[int]:
-        return [self.position(j) for j in range(len(self))]
-
     def position(self, node: int) -> int:
         return self.root + self.depths[node]
 

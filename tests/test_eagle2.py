@@ -84,6 +84,10 @@ def test_a_rejected_candidate_is_removed_from_the_residual():
     assert torch.allclose(seen / seen.sum(), p, atol=0.03)
 
 
+def _positions(tree) -> list[int]:
+    return [tree.position(j) for j in range(len(tree))]
+
+
 def _path_context(tree, node):
     path = []
     while node >= 0:
@@ -108,7 +112,7 @@ def test_tree_pass_equals_each_path_run_alone():
     runner = ModelRunner(target, cond, 2.0, 1.0, 0, 1.0, scratch=len(tree))
     runner.prefill()
     runner.span_probs(seq, 1, 4)  # positions 0..2 fed
-    probs, hidden = runner.feed_tree(seq, 3, tree.positions, tree.tokens, tree.visible())
+    probs, hidden = runner.feed_tree(seq, 3, _positions(tree), tree.tokens, tree.visible())
     assert hidden.shape == (2, 1 + len(tree), target.cfg.dim)
     fresh = ModelRunner(target, cond, 2.0, 1.0, 0, 1.0)
     fresh.prefill()
@@ -135,7 +139,7 @@ def test_committed_nodes_continue_like_ar():
     runner = ModelRunner(target, cond, 1.0, 1.0, 0, 1.0, scratch=len(tree))
     runner.prefill()
     runner.span_probs(seq, 1, 3)  # positions 0..1 fed
-    runner.feed_tree(seq, 2, tree.positions, tree.tokens, tree.visible())
+    runner.feed_tree(seq, 2, _positions(tree), tree.tokens, tree.visible())
     runner.commit_tree([0, 2], [3, 4], [4, 11])
     seq[3:6] = torch.tensor([4, 11, 0])
     after = runner.probs(runner.next_logits(seq, 6)).cpu()
