@@ -121,7 +121,7 @@ def test_acceptance_by_detail_splits_flat_and_detailed_tokens():
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine
     from mulo.families import twemoji as family_mod
-    from mulo.train import recipes, twemoji
+    from mulo.train import peek, recipes, twemoji
 
     report = twemoji.run(family, tmp_path / "run", tmp_path / "assets", smoke=True)
     assert 0 <= report["eagle"]["val_top1_agreement"] <= 1 and 0 < report["eagle"]["val_top1_target_prob"] < 1
@@ -160,7 +160,16 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
     # Resuming a finished run does nothing and keeps the report.
     again = twemoji.run(family, tmp_path / "run", assets, smoke=True, only=["target"])
     assert again["target"] == report["target"]
-    fam = family_mod.build(assets)
+    # A look at the target while it trains: its last checkpoint, scored like the card
+    pipe = twemoji.Pipeline(tmp_path / "run", assets, recipes.RECIPES[family], recipes.RECIPES[family].smoke)
+    (tmp_path / "run" / "target.pt").rename(tmp_path / "target.pt")  # as if the stage were still running
+    looked = peek.peek(pipe, n_prompts=2)
+    assert looked["step"] == pipe.budget.ar_steps and looked["prompts"] == 2
+    assert set(looked["methods"]) == {"ar", "zipar-w8"}
+    assert looked["methods"]["zipar-w8"]["nfe_target"] < looked["methods"]["ar"]["nfe_target"] == (px // 4) ** 2
+    assert all(0 <= row["adherence"] <= 1 and row["fd"] >= 0 for row in looked["methods"].values())
+    (tmp_path / "target.pt").rename(tmp_path / "run" / "target.pt")
+    fam = family_mod.build(family, assets)
     assert fam.grid == (px // 4, px // 4)
     prompt = json.loads((assets / "eval_prompts.json").read_text())[0]["prompt"]
     engine = Engine(fam)

@@ -67,24 +67,48 @@ def samples_grid(images: list[np.ndarray], captions: list[str], columns: int = 4
     return sheet
 
 
-def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EVAL_PROMPTS, seed: int = 0) -> dict:
-    prompts = eval_prompts(data, count)
-    texts, text_keys = data.names, data.keys
+# What the card evaluates: AR, ZipAR with window 8 (the parallel-decoding gate: AR's quality?) and
+# MuLo-SD at r = 2 and 4, each at the family's recommended knobs with these on top.
+CARD_METHODS = {
+    "ar": ("ar", {}),
+    "zipar-w8": ("zipar", {"zipar_window": 8}),
+    "mulo-r2": ("mulo", {"r": 2}),
+    "mulo-r4": ("mulo", {"r": 4}),
+}
+
+
+class Reference:
+    """The real images of ``prompts`` [(key, name)] and the retrieval texts, in ``clip``'s space."""
+
+    def __init__(self, data: EmojiData, clip, prompts: list[tuple[str, str]]):
+        self.clip, self.prompts = clip, prompts
+        self.texts, self.text_keys = data.names, data.keys
+        self.text_embeddings = clip.embed_texts(self.texts)  # once for every method
+        self.keys = [key for key, _ in prompts]
+        self.real_images = data.images[[data.keys.index(key) for key in self.keys]]
+        self.real_feats = image_features(clip, self.real_images)
+
+    @property
+    def retrieval(self) -> tuple:
+        return self.texts, self.text_keys, self.text_embeddings
+
+    def score(self, images) -> dict:
+        """FD against the real images and adherence (the top-5 retrieved texts hold the prompted
+        emoji) of ``images``, one per prompt (uint8 ``[N, h, w, 3]`` or floats ``[N, 3, h, w]``)."""
+        hits = adherence(self.clip, images, self.keys, self.texts, self.text_keys, text_embeddings=self.text_embeddings)
+        fd = frechet_distance(image_features(self.clip, images), self.real_feats)
+        return {"fd": round(fd, 3), "adherence": round(hits, 4)}
+
+
+def score_methods(engine: Engine, reference: Reference, methods: dict, seed: int = 0) -> dict:
+    """Per label of ``methods`` ({label: (method, knobs)}): quality, time and forward passes over
+    the reference's prompts, and MuLo-SD's acceptance and re-opened share (overall, per round, on
+    flat and detailed tokens)."""
     results = {}
-    methods = {
-        "ar": ("ar", {}),
-        "zipar-w8": ("zipar", {"zipar_window": 8}),  # the parallel-decoding gate: quality as AR's?
-        "mulo-r2": ("mulo", {"r": 2}),
-        "mulo-r4": ("mulo", {"r": 4}),
-    }
-    text_embeddings = clip.embed_texts(texts)  # once for every method
-    keys = [key for key, _ in prompts]
-    real_idx = [data.keys.index(key) for key in keys]
-    real_feats = image_features(clip, data.images[real_idx])
     for label, (method, knobs) in methods.items():
         images, rounds, summaries, by_detail = [], [], [], []
         start = time.perf_counter()
-        for i, (_, name) in enumerate(prompts):
+        for i, (_, name) in enumerate(reference.prompts):
             res = engine.generate(name, method, seed + i, knobs)
             images.append(res.image)
             summaries.append(res.trace.summary())
@@ -97,11 +121,9 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
                     ]
                 )
         seconds = time.perf_counter() - start
-        images = np.stack(images)
         entry = {
-            "fd": round(frechet_distance(image_features(clip, images), real_feats), 3),
-            "adherence": round(adherence(clip, images, keys, texts, text_keys, text_embeddings=text_embeddings), 4),
-            "seconds_per_image": round(seconds / len(prompts), 3),
+            **reference.score(np.stack(images)),
+            "seconds_per_image": round(seconds / len(reference.prompts), 3),
             "nfe_target": float(np.mean([s["nfe"]["target"] for s in summaries])),
             "nfe_drafter": float(np.mean([s["nfe"]["drafter"] for s in summaries])),
         }
@@ -115,9 +137,15 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
             entry["per_round_acceptance"] = np.round(per_round[..., 0].mean(0), 3).tolist()
             entry["per_round_reopened"] = np.round(per_round[..., 1].mean(0), 3).tolist()
         results[label] = entry
-    retrieval = (texts, text_keys, text_embeddings)
-    short = _short_prompt_adherence(engine, data, clip, prompts, retrieval, seed)
-    results.update(_ceilings(engine, clip, data.images[real_idx], real_feats, keys, retrieval))
+    return results
+
+
+def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EVAL_PROMPTS, seed: int = 0) -> dict:
+    prompts = eval_prompts(data, count)
+    reference = Reference(data, clip, prompts)
+    results = score_methods(engine, reference, CARD_METHODS, seed)
+    short = _short_prompt_adherence(engine, data, reference, seed)
+    results.update(_ceilings(engine, reference))
     grid_images, captions = [], []
     # smoke runs know only a few words: fall back to the evaluation prompts
     sample_prompts = SAMPLE_PROMPTS if count >= len(SAMPLE_PROMPTS) else [n for _, n in prompts[:2]]
@@ -133,26 +161,26 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
     # of the prompted emoji and the retrieval texts (benchmark, app).
     np.savez_compressed(
         out / "eval_reference.npz",
-        keys=np.array(keys),
-        features=real_feats.astype(np.float32),
-        text_names=np.array(texts),
-        text_keys=np.array(text_keys),
+        keys=np.array(reference.keys),
+        features=reference.real_feats.astype(np.float32),
+        text_names=np.array(reference.texts),
+        text_keys=np.array(reference.text_keys),
         text_short_prompts=pack_prompts(data.short_prompts),
     )
     config = engine.make_config(None).to_dict()
     return {"prompts": len(prompts), "seed": seed, "config": config, "methods": results, "short_prompts": short}
 
 
-def _short_prompt_adherence(engine, data: EmojiData, clip, prompts, retrieval, seed: int) -> dict:
+def _short_prompt_adherence(engine, data: EmojiData, reference: Reference, seed: int) -> dict:
     """Adherence to one-word prompts, what people type: each evaluation emoji's first short prompt
     ("apple" for "red apple"), counted adherent when the top-5 texts hold any emoji it fits; with
     short names resolved to their emoji's name (the default) and without (``raw``)."""
-    texts, text_keys, text_embeddings = retrieval
+    clip, (texts, text_keys, text_embeddings) = reference.clip, reference.retrieval
     fits = prompt_index(data.names, data.keys, data.short_prompts)
     first = {}
     for key, shorts in zip(data.keys, data.short_prompts, strict=True):
         first.setdefault(key, shorts[0] if shorts else None)
-    asked = [first[key] for key, _ in prompts if first[key]]
+    asked = [first[key] for key in reference.keys if first[key]]
     out = {"prompts": len(asked), "examples": asked[:12]}
     if not asked:  # smoke runs: a handful of emoji, possibly none with a short prompt
         return out
@@ -169,23 +197,17 @@ def _short_prompt_adherence(engine, data: EmojiData, clip, prompts, retrieval, s
 
 
 @torch.no_grad()
-def _ceilings(engine, clip, real_images, real_feats, keys, retrieval) -> dict:
+def _ceilings(engine, reference: Reference) -> dict:
     """What the metrics give the real images and their VQ reconstructions: the most an AR model
     of this tokenizer can reach (FD of the real images against themselves is 0 by definition)."""
-    texts, text_keys, text_embeddings = retrieval
-    x = torch.from_numpy(real_images).permute(0, 3, 1, 2).float() / 255
+    x = torch.from_numpy(reference.real_images).permute(0, 3, 1, 2).float() / 255
     vq = engine.family.vq
     recon = vq.decode(vq.encode(x.to(vq.codebook.device))).cpu()
-    out = {}
-    for label, images in (("real images", x), ("VQ reconstructions", recon)):
-        out[label] = {
-            "fd": 0.0 if images is x else round(frechet_distance(image_features(clip, images), real_feats), 3),
-            "adherence": round(adherence(clip, images, keys, texts, text_keys, text_embeddings=text_embeddings), 4),
-            "seconds_per_image": None,
-            "nfe_target": None,
-            "nfe_drafter": None,
-        }
-    return out
+    untimed = {"seconds_per_image": None, "nfe_target": None, "nfe_drafter": None}
+    return {
+        "real images": {**reference.score(x), "fd": 0.0, **untimed},
+        "VQ reconstructions": {**reference.score(recon), **untimed},
+    }
 
 
 def _fmt(value) -> str:
