@@ -44,13 +44,13 @@ class ModelRunner:
         with torch.no_grad():
             self.cond_embeddings = model.embed_condition(batch)  # [B, T, dim]
         self.n_cond = self.cond_embeddings.shape[1]
-        self.n_image = model.cfg.max_seq_len
-        self.grid = model.cfg.grid_hw
-        self.vocab_size = model.cfg.vocab_size
+        self.n_image = model.config.max_seq_len
+        self.grid = model.config.grid_hw
+        self.vocab_size = model.config.vocab_size
         self.device = param.device
         # Slots past the image's (``scratch``) hold draft-tree nodes: several candidates per position.
         self.n_main = self.n_cond + self.n_image - 1
-        self.cache = KVCache(model.cfg, batch.shape[0], param.device, param.dtype, self.n_main + scratch)
+        self.cache = KVCache(model.config, batch.shape[0], param.device, param.dtype, self.n_main + scratch)
         self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
         self._stale_from = self.n_image
         self.nfe = 0

@@ -34,10 +34,10 @@ def tiny_gpt(
 ) -> GPT:
     """A random GPT over a ``side`` x ``side`` grid (or ``grid``, ``(height, width)``)."""
     height, width = grid or (side, side)
-    cfg = GPTConfig.preset(
+    config = GPTConfig.preset(
         dim_preset, vocab_size=vocab, max_seq_len=height * width, cond_len=2, cond_dim=4, multiple_of=32, grid=grid
     )
-    return init_random_(GPT(cfg), seed, std=std).eval()
+    return init_random_(GPT(config), seed, std=std).eval()
 
 
 def run_method(fn, family, cond, seed: int, **knobs):
@@ -50,13 +50,13 @@ def run_method(fn, family, cond, seed: int, **knobs):
 
 
 def bare_family(target, draft_model=None):
-    return SimpleNamespace(name="bare", target=target, draft_model=draft_model, grid=target.cfg.grid_hw)
+    return SimpleNamespace(name="bare", target=target, draft_model=draft_model, grid=target.config.grid_hw)
 
 
 @torch.no_grad()
 def exact_sequence_distribution(model: GPT, cond: torch.Tensor, cfg_scale: float, temperature: float = 1.0):
     """Probability of every token sequence under the model (CFG, temperature), by enumeration."""
-    vocab, n = model.cfg.vocab_size, model.cfg.max_seq_len
+    vocab, n = model.config.vocab_size, model.config.max_seq_len
     seqs = torch.tensor(list(itertools.product(range(vocab), repeat=n)))
     batch = len(seqs)
     c = model(seqs[:, :-1], cond[None].expand(batch, -1, -1))
@@ -68,8 +68,8 @@ def exact_sequence_distribution(model: GPT, cond: torch.Tensor, cfg_scale: float
 def sequence_counts(fn, family, cond, n_samples: int, **knobs) -> torch.Tensor:
     """How often each token sequence came out of ``n_samples`` seeded runs of method ``fn``, indexed
     in ``exact_sequence_distribution``'s (itertools) order."""
-    vocab = family.target.cfg.vocab_size
-    counts = torch.zeros(vocab**family.target.cfg.max_seq_len)
+    vocab = family.target.config.vocab_size
+    counts = torch.zeros(vocab**family.target.config.max_seq_len)
     for seed in range(n_samples):
         tokens, _, _ = run_method(fn, family, cond, seed, **knobs)
         flat = tokens.reshape(-1).tolist()

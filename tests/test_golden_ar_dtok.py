@@ -25,7 +25,7 @@ def model(golden_dir):
 def cached_logits(model, cond, tokens):
     """Prefill the condition, then feed one token per step through the KV cache."""
     n_cond = cond.shape[1]
-    cache = KVCache(model.cfg, cond.shape[0], "cpu", torch.float32, n_slots=n_cond + tokens.shape[1] - 1)
+    cache = KVCache(model.config, cond.shape[0], "cpu", torch.float32, n_slots=n_cond + tokens.shape[1] - 1)
     rows = []
     with torch.no_grad():
         mask = torch.ones(n_cond, n_cond, dtype=torch.bool).tril()
@@ -84,7 +84,7 @@ def test_sampled_tokens_reproduce_with_a_request_generator(model, ref, run):
     gen = torch.Generator().manual_seed(int(ref[seed_key]))
     n_cond, length = cond.shape[1], ref["tokens"].shape[1]
     batch = torch.cat([cond, model.null_condition(cond)])
-    cache = KVCache(model.cfg, batch.shape[0], "cpu", torch.float32, n_slots=n_cond + length - 1)
+    cache = KVCache(model.config, batch.shape[0], "cpu", torch.float32, n_slots=n_cond + length - 1)
     out = []
     with torch.no_grad():
         mask = torch.ones(n_cond, n_cond, dtype=torch.bool).tril()

@@ -7,18 +7,18 @@ from mulo.models.gpt import GPT, GPTConfig, KVCache, init_random_
 
 
 def tiny(**overrides):
-    cfg = GPTConfig.preset(
+    config = GPTConfig.preset(
         "test-tiny", vocab_size=50, max_seq_len=16, cond_len=3, cond_dim=8, multiple_of=32, **overrides
     )
-    return init_random_(GPT(cfg), seed=1, std=0.3).eval()
+    return init_random_(GPT(config), seed=1, std=0.3).eval()
 
 
 def test_lp_preset_matches_ar_dtok_shapes():
-    cfg = GPTConfig.preset("llama-abs-LP", vocab_size=16384, max_seq_len=1024, cond_len=729, cond_dim=1152)
-    assert (cfg.n_layer, cfg.n_head, cfg.dim, cfg.head_dim, cfg.ffn_hidden) == (30, 20, 1280, 64, 3584)
-    assert cfg.n_positions == 1752  # abs_pe of ar_dtok_lp_512px.pth
+    config = GPTConfig.preset("llama-abs-LP", vocab_size=16384, max_seq_len=1024, cond_len=729, cond_dim=1152)
+    assert (config.n_layer, config.n_head, config.dim, config.head_dim, config.ffn_hidden) == (30, 20, 1280, 64, 3584)
+    assert config.n_positions == 1752  # abs_pe of ar_dtok_lp_512px.pth
     with torch.device("meta"):
-        model = GPT(cfg)
+        model = GPT(config)
     n_params = sum(p.numel() for p in model.parameters())
     assert 600e6 < n_params < 700e6  # ~632M plus the 512px position table
 
@@ -39,7 +39,7 @@ def test_cached_step_by_step_equals_teacher_forced(kv_heads):
     tokens = torch.randint(50, (2, 16))
     with torch.no_grad():
         full = model(tokens[:, :15], cond)  # [2, 16, 50]
-        cache = KVCache(model.cfg, 2, "cpu", torch.float32)
+        cache = KVCache(model.config, 2, "cpu", torch.float32)
         n_slots = cache.n_slots
         causal = torch.ones(n_slots, n_slots, dtype=torch.bool).tril()
         slots = torch.arange(3)
@@ -77,7 +77,7 @@ def test_custom_mask_equals_recomputation_over_visible_context():
     tokens = torch.randint(50, (1, 12))
     visible = [0, 1, 3, 4, 8]
     hidden = [2, 5, 6, 7, 9, 10]
-    cache = KVCache(model.cfg, 1, "cpu", torch.float32)
+    cache = KVCache(model.config, 1, "cpu", torch.float32)
 
     def write(positions, mask_cols):
         slots = torch.tensor([3 + v for v in positions])
@@ -107,7 +107,7 @@ def test_unwritten_slots_are_never_attended():
     cond = torch.randn(1, 3, 8)
     outs = []
     for garbage in (0.0, 1e3):
-        cache = KVCache(model.cfg, 1, "cpu", torch.float32)
+        cache = KVCache(model.config, 1, "cpu", torch.float32)
         cache.k.fill_(garbage)  # written slots get overwritten, the others keep it
         cache.v.fill_(garbage)
         with torch.no_grad():
@@ -125,17 +125,17 @@ def test_unwritten_slots_are_never_attended():
 
 def test_query_must_see_its_own_slot():
     model = tiny()
-    cache = KVCache(model.cfg, 1, "cpu", torch.float32)
+    cache = KVCache(model.config, 1, "cpu", torch.float32)
     mask = torch.zeros(1, 5, dtype=torch.bool)
     with pytest.raises(ValueError, match="own slot"):
         model.forward_embeddings(model.embed_tokens(torch.tensor([[1]])), torch.tensor([4]), mask, cache)
 
 
 def test_class_conditioning_has_a_null_class():
-    cfg = GPTConfig.preset(
+    config = GPTConfig.preset(
         "test-tiny", vocab_size=20, max_seq_len=4, cond_type="class", cond_len=1, cond_dim=10, multiple_of=32
     )
-    model = init_random_(GPT(cfg), seed=0, std=0.3)
+    model = init_random_(GPT(config), seed=0, std=0.3)
     cond = torch.tensor([3])
     assert model.null_condition(cond).tolist() == [10]
     with torch.no_grad():

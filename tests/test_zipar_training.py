@@ -27,9 +27,9 @@ def zipar_decode(model, cond, window: int, draw):
     sampled from)."""
     runner = ModelRunner(model, cond, guidance=1.0, temperature=1.0, top_k=0, top_p=1.0)
     runner.prefill()
-    n = model.cfg.max_seq_len
+    n = model.config.max_seq_len
     seq = torch.full((n,), -1, dtype=torch.long)
-    decoded = torch.empty(n, model.cfg.vocab_size)
+    decoded = torch.empty(n, model.config.vocab_size)
     drawn = []
 
     def record(probs):

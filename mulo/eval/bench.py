@@ -24,15 +24,18 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from mulo import methods
-from mulo.engine import Engine, versions
 from mulo.eval.quality import Quality
 from mulo.methods.eagle2 import HeadRunner
 from mulo.runner import ModelRunner
+
+if TYPE_CHECKING:  # the engine pulls in diffusers: the CLI's --help lists SPECS without it
+    from mulo.engine import Engine
 
 # label -> (method, knobs on top of the family's defaults). v1 = raster resampling, sequential
 # drafting; v2 = island resampling and ZipAR-parallel drafting (the paper's two versions).
@@ -92,7 +95,7 @@ def step_costs(engine: Engine, prompt: str, steps: int = 16, repeats: int = 3) -
     def model_steps(model):
         runner = ModelRunner(model, cond, config.guidance, 1.0, 0, 1.0)
         runner.prefill()
-        seq = torch.zeros(model.cfg.max_seq_len, dtype=torch.long)
+        seq = torch.zeros(model.config.max_seq_len, dtype=torch.long)
         return lambda u: runner.next_logits(seq, u)
 
     def head_steps():  # one new slot per catch-up: the head's single-token step with its output head
@@ -100,16 +103,16 @@ def step_costs(engine: Engine, prompt: str, steps: int = 16, repeats: int = 3) -
         runner.prefill()
         head = HeadRunner(fam.eagle_head, runner, scratch=1)
         head.set_features(range(runner.n_cond), runner.cond_hidden)
-        seq = torch.zeros(fam.target.cfg.max_seq_len, dtype=torch.long)
+        seq = torch.zeros(fam.target.config.max_seq_len, dtype=torch.long)
         head.catch_up(seq, 0)
         return lambda u: head.catch_up(seq, u)
 
     def seconds_per_step(model) -> float:
-        return best_of(lambda: model_steps(model), min(steps, model.cfg.max_seq_len - 1))
+        return best_of(lambda: model_steps(model), min(steps, model.config.max_seq_len - 1))
 
     times = {name: seconds_per_step(model) for name, model in models.items()}
     if getattr(fam, "eagle_head", None) is not None:
-        times["eagle_head"] = best_of(head_steps, min(steps, fam.target.cfg.max_seq_len - 2))
+        times["eagle_head"] = best_of(head_steps, min(steps, fam.target.config.max_seq_len - 2))
     return {name: t / times["target"] for name, t in times.items() if name != "target"}
 
 
@@ -231,6 +234,8 @@ def _mean(values):
 
 
 def environment(engine: Engine) -> dict:
+    from mulo.engine import versions
+
     fam = engine.family
     return {
         "family": fam.name,

@@ -53,9 +53,9 @@ def _profile_side(preset, side, device, dtype, repeats, cond_len, cond_dim, voca
     """A step = 1 new token against a full KV cache; a verification pass = every image token at
     once after the condition (CFG batch 2 for both)."""
     n = side * side
-    cfg = GPTConfig.preset(preset, vocab_size=vocab, max_seq_len=n, cond_len=cond_len, cond_dim=cond_dim)
-    model = GPT(cfg).to(device=device, dtype=dtype).eval()
-    cache = KVCache(cfg, 2, device, dtype)
+    config = GPTConfig.preset(preset, vocab_size=vocab, max_seq_len=n, cond_len=cond_len, cond_dim=cond_dim)
+    model = GPT(config).to(device=device, dtype=dtype).eval()
+    cache = KVCache(config, 2, device, dtype)
     cond = torch.randn(2, cond_len, cond_dim, device=device, dtype=dtype)
     prefix_mask = torch.ones(cond_len, cond_len, dtype=torch.bool, device=device).tril()
     model.forward_embeddings(model.embed_condition(cond), torch.arange(cond_len, device=device), prefix_mask, cache)

@@ -75,11 +75,11 @@ class Family:
 
     @property
     def grid(self) -> tuple[int, int]:
-        return self.target.cfg.grid_hw
+        return self.target.config.grid_hw
 
     @property
     def vocab_size(self) -> int:
-        return self.target.cfg.vocab_size
+        return self.target.config.vocab_size
 
     @property
     def ratios(self) -> tuple[int, ...]:

@@ -189,13 +189,13 @@ def build_from_paths(paths: Paths, ratio: int, device="cpu", dtype=None, name="t
     drafter = load_ar_dtok(paths.drafter, device=device, dtype=dtype)
     target = load_ar_dtok(paths.target, device=device, dtype=dtype)
     for role, model in (("drafter", drafter), ("target", target)):
-        if model.cfg.cond_len < llm.n_codes or model.cfg.cond_dim != ta_tok.width:
+        if model.config.cond_len < llm.n_codes or model.config.cond_dim != ta_tok.width:
             raise ValueError(
-                f"AR-DTok {role} takes up to {model.cfg.cond_len} x {model.cfg.cond_dim} condition features; "
+                f"AR-DTok {role} takes up to {model.config.cond_len} x {model.config.cond_dim} condition features; "
                 f"TA-Tok gives {llm.n_codes} x {ta_tok.width}"
             )
-    th, tw = target.cfg.grid_hw
-    dh, dw = drafter.cfg.grid_hw
+    th, tw = target.config.grid_hw
+    dh, dw = drafter.config.grid_hw
     if (th, tw) != (dh * ratio, dw * ratio):
         raise ValueError(f"target grid {th}x{tw} is not {ratio}x the drafter grid {dh}x{dw}")
     # The VQ tokenizer runs in fp32 (small, and the pixel up/down-sampler compares its codes).

@@ -58,7 +58,7 @@ class HashedWords:
 
 
 def _gpt(seed: int, side: int, preset: str = "test-tiny", **overrides) -> GPT:
-    cfg = GPTConfig.preset(
+    config = GPTConfig.preset(
         preset,
         vocab_size=VOCAB,
         max_seq_len=side * side,
@@ -68,7 +68,7 @@ def _gpt(seed: int, side: int, preset: str = "test-tiny", **overrides) -> GPT:
         **overrides,
     )
     # std 0.3 gives peaked but not degenerate next-token distributions at this width.
-    return init_random_(GPT(cfg), seed, std=0.3)
+    return init_random_(GPT(config), seed, std=0.3)
 
 
 def build(seed: int = 0, grid: int = GRID) -> Family:

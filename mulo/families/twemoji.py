@@ -112,7 +112,7 @@ def build(name: str, folder: str | Path | None = None) -> Family:
     target = _gpt(folder, "target")
     head = None
     if (folder / "eagle_head.safetensors").exists():  # EAGLE-2's head, trained on this target
-        head = EagleHead(target.cfg)
+        head = EagleHead(target.config)
         head.load_state_dict(load_weights(folder, "eagle_head")[1])
     return Family(
         name,

@@ -34,7 +34,7 @@ class HeadRunner:
     def __init__(self, head, target_runner, scratch: int):
         self.head, self.target = head, target_runner
         model = target_runner.model
-        batch, dim = target_runner.cache.k.shape[1], model.cfg.dim
+        batch, dim = target_runner.cache.k.shape[1], model.config.dim
         self.n_main = target_runner.n_main
         self.cache = head.new_cache(batch, self.n_main + scratch, target_runner.device, target_runner.cache.k.dtype)
         self.features = torch.zeros(batch, self.n_main, dim, device=target_runner.device, dtype=self.cache.k.dtype)

@@ -77,7 +77,7 @@ def start(ctx: DecodeContext) -> MuloRun:
     height, width = ctx.grid
     r = knobs.r
     drafter_model = fam.drafters[r]
-    low_h, low_w = drafter_model.cfg.grid_hw
+    low_h, low_w = drafter_model.config.grid_hw
     if (low_h * r, low_w * r) != (height, width):
         raise ValueError(f"the r={r} drafter grid {low_h}x{low_w} times {r} is not the target grid {height}x{width}")
     run = MuloRun(

@@ -22,7 +22,7 @@ from mulo.sampling import residual_distribution, speculative_accept
 def generate(ctx: DecodeContext):
     height, width = ctx.grid
     n_total = height * width
-    vocab = ctx.family.target.cfg.vocab_size
+    vocab = ctx.family.target.config.vocab_size
     target = ctx.runner(ctx.family.target, "target")
     x = torch.full((n_total,), -1, dtype=torch.long)
     drafts = torch.empty(0, dtype=torch.long)

@@ -23,9 +23,9 @@ from mulo.models.gpt import GPT, GPTConfig, KVCache, TransformerBlock
 class EagleHead(nn.Module):
     def __init__(self, target_cfg: GPTConfig):
         super().__init__()
-        self.cfg = replace(target_cfg, n_layer=1)  # the target's width, heads and slot layout
-        self.fc = nn.Linear(2 * self.cfg.dim, self.cfg.dim)
-        self.layer = TransformerBlock(self.cfg)
+        self.config = replace(target_cfg, n_layer=1)  # the target's width, heads and slot layout
+        self.fc = nn.Linear(2 * self.config.dim, self.config.dim)
+        self.layer = TransformerBlock(self.config)
 
     def forward(
         self,
@@ -51,10 +51,10 @@ class EagleHead(nn.Module):
         return self.layer(x, 0, slots, mask, cache)
 
     def new_cache(self, batch: int, n_slots: int, device, dtype) -> KVCache:
-        return KVCache(self.cfg, batch, device, dtype, n_slots)
+        return KVCache(self.config, batch, device, dtype, n_slots)
 
 
 def head_for(target: GPT) -> EagleHead:
     """A head shaped for ``target``, on its device and in its dtype."""
     param = next(target.parameters())
-    return EagleHead(target.cfg).to(device=param.device, dtype=param.dtype)
+    return EagleHead(target.config).to(device=param.device, dtype=param.dtype)

@@ -124,11 +124,11 @@ class RMSNorm(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.w1 = nn.Linear(cfg.dim, cfg.ffn_hidden, bias=False)
-        self.w3 = nn.Linear(cfg.dim, cfg.ffn_hidden, bias=False)
-        self.w2 = nn.Linear(cfg.ffn_hidden, cfg.dim, bias=False)
+        self.w1 = nn.Linear(config.dim, config.ffn_hidden, bias=False)
+        self.w3 = nn.Linear(config.dim, config.ffn_hidden, bias=False)
+        self.w2 = nn.Linear(config.ffn_hidden, config.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
@@ -140,9 +140,9 @@ class KVCache:
     ``written[s]`` says whether slot ``s`` holds K/V; attention never looks at other slots.
     """
 
-    def __init__(self, cfg: GPTConfig, batch: int, device, dtype, n_slots: int | None = None):
-        n_slots = n_slots or cfg.n_positions
-        shape = (cfg.n_layer, batch, cfg.kv_heads, n_slots, cfg.head_dim)
+    def __init__(self, config: GPTConfig, batch: int, device, dtype, n_slots: int | None = None):
+        n_slots = n_slots or config.n_positions
+        shape = (config.n_layer, batch, config.kv_heads, n_slots, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.written = torch.zeros(n_slots, dtype=torch.bool, device=device)
@@ -165,41 +165,41 @@ class KVCache:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.cfg = cfg
-        kv_dim = cfg.kv_heads * cfg.head_dim
-        self.wqkv = nn.Linear(cfg.dim, cfg.dim + 2 * kv_dim, bias=False)
-        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.config = config
+        kv_dim = config.kv_heads * config.head_dim
+        self.wqkv = nn.Linear(config.dim, config.dim + 2 * kv_dim, bias=False)
+        self.wo = nn.Linear(config.dim, config.dim, bias=False)
 
     def forward(self, x, layer: int, slots, mask, cache: KVCache | None):
-        cfg = self.cfg
+        config = self.config
         b, q_len, _ = x.shape
-        kv_dim = cfg.kv_heads * cfg.head_dim
-        q, k, v = self.wqkv(x).split([cfg.dim, kv_dim, kv_dim], dim=-1)
-        q = q.view(b, q_len, cfg.n_head, cfg.head_dim).transpose(1, 2)
-        k = k.view(b, q_len, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        v = v.view(b, q_len, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        kv_dim = config.kv_heads * config.head_dim
+        q, k, v = self.wqkv(x).split([config.dim, kv_dim, kv_dim], dim=-1)
+        q = q.view(b, q_len, config.n_head, config.head_dim).transpose(1, 2)
+        k = k.view(b, q_len, config.kv_heads, config.head_dim).transpose(1, 2)
+        v = v.view(b, q_len, config.kv_heads, config.head_dim).transpose(1, 2)
         if cache is not None:
             cache.k[layer][:, :, slots] = k
             cache.v[layer][:, :, slots] = v
             # Only look at the slot range some query can see: short prefixes stay cheap.
             k, v = cache.k[layer][:, :, : mask.shape[1]], cache.v[layer][:, :, : mask.shape[1]]
-        gqa = cfg.kv_heads != cfg.n_head
+        gqa = config.kv_heads != config.n_head
         if mask is None:  # causal over the inputs: the fused kernel, faster than a boolean mask
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None], enable_gqa=gqa)
-        return self.wo(out.transpose(1, 2).reshape(b, q_len, cfg.dim))
+        return self.wo(out.transpose(1, 2).reshape(b, q_len, config.dim))
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.attention = Attention(cfg)
-        self.feed_forward = FeedForward(cfg)
-        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attention = Attention(config)
+        self.feed_forward = FeedForward(config)
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
 
     def forward(self, h, layer, slots, mask, cache):
         h = h + self.attention(self.attention_norm(h), layer, slots, mask, cache)
@@ -213,34 +213,34 @@ class GPT(nn.Module):
     so the original state dicts load without renaming.
     """
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, config: GPTConfig):
         super().__init__()
-        self.cfg = cfg
-        if cfg.cond_type == "features":
-            self.clip_proj = nn.Linear(cfg.cond_dim, cfg.dim)
+        self.config = config
+        if config.cond_type == "features":
+            self.clip_proj = nn.Linear(config.cond_dim, config.dim)
         else:
             # One extra row: the classifier-free-guidance null condition.
-            self.cond_embedding = nn.Embedding(cfg.cond_dim + 1, cfg.dim)
-        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.abs_pe = nn.Parameter(torch.zeros(1, cfg.n_positions, cfg.dim))
-        self.layers = nn.ModuleList(TransformerBlock(cfg) for _ in range(cfg.n_layer))
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+            self.cond_embedding = nn.Embedding(config.cond_dim + 1, config.dim)
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.abs_pe = nn.Parameter(torch.zeros(1, config.n_positions, config.dim))
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
 
     # -- embeddings ---------------------------------------------------------------------
     def embed_condition(self, cond: torch.Tensor) -> torch.Tensor:
         """``cond``: features [B, T, cond_dim], class ids [B] or index sequences [B, T]."""
-        if self.cfg.cond_type == "features":
+        if self.config.cond_type == "features":
             return self.clip_proj(cond.to(self.clip_proj.weight.dtype))
-        if self.cfg.cond_type == "class":
+        if self.config.cond_type == "class":
             cond = cond.reshape(-1, 1)
         return self.cond_embedding(cond)
 
     def null_condition(self, cond: torch.Tensor) -> torch.Tensor:
         """The unconditional input of classifier-free guidance, shaped like ``cond``."""
-        if self.cfg.cond_type == "features":
+        if self.config.cond_type == "features":
             return torch.zeros_like(cond)  # Tar: all-zero features (they become clip_proj's bias)
-        return torch.full_like(cond, self.cfg.cond_dim)
+        return torch.full_like(cond, self.config.cond_dim)
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.tok_embeddings(tokens)

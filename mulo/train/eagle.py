@@ -31,10 +31,10 @@ def train_eagle_head(pipe) -> None:
     target = load_target(pipe)
     data = pipe.ar_data(pipe.recipe.grid("target"))
     torch.manual_seed(pipe.seed + 7)
-    head = EagleHead(target.cfg)
+    head = EagleHead(target.config)
     head.apply(init_weights)
     head.to(pipe.device)
-    n_cond = target.cfg.cond_len
+    n_cond = target.config.cond_len
     b = pipe.budget
 
     @torch.no_grad()

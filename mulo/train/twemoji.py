@@ -348,9 +348,9 @@ class Pipeline:
         data = self.ar_data(side)
         tokens, cond_name, is_val = data.tokens, data.cond_name, data.is_val
         vocab = self.codes
-        cfg = self.recipe.gpt_config(stage, vocab, cond_name.shape[-1])
+        config = self.recipe.gpt_config(stage, vocab, cond_name.shape[-1])
         torch.manual_seed(self.seed + side)
-        model = GPT(cfg)
+        model = GPT(config)
         model.apply(init_weights)
         torch.nn.init.normal_(model.abs_pe, std=0.02)
         model.to(self.device)
@@ -410,7 +410,7 @@ class Pipeline:
                 loss = validation_loss(model, tokens[val], cond_name[val], self.device, zipar_window=window)
                 losses[f"val_loss_zipar_w{window}"] = loss
         torch.save(model.state_dict(), self.run / f"{stage}.pt")
-        (self.run / f"{stage}.json").write_text(json.dumps(asdict(cfg)))
+        (self.run / f"{stage}.json").write_text(json.dumps(asdict(config)))
         self.record(stage, **stats, **losses, params=sum(p.numel() for p in model.parameters()))
 
     def stage_upsampler(self, r: int) -> None:
@@ -532,10 +532,10 @@ def validation_loss(
 ) -> float:
     """Mean teacher-forced cross-entropy of ``tokens [N, L]`` given ``cond``, in batches: causal,
     or as ZipAR with ``zipar_window`` sees them (its mask and row-end proxies)."""
-    height, width = model.cfg.grid_hw
+    height, width = model.config.grid_hw
     mask = None
     if zipar_window is not None:
-        mask = training_mask(model.cfg.cond_len, height, width, zipar_window).to(device)
+        mask = training_mask(model.config.cond_len, height, width, zipar_window).to(device)
     total = 0.0
     for i in range(0, len(tokens), batch):
         x = tokens[i : i + batch].to(device)
