@@ -21,9 +21,9 @@ from mulo.models.gpt import GPT, GPTConfig, KVCache, TransformerBlock
 
 
 class EagleHead(nn.Module):
-    def __init__(self, target_cfg: GPTConfig):
+    def __init__(self, target_config: GPTConfig):
         super().__init__()
-        self.config = replace(target_cfg, n_layer=1)  # the target's width, heads and slot layout
+        self.config = replace(target_config, n_layer=1)  # the target's width, heads and slot layout
         self.fc = nn.Linear(2 * self.config.dim, self.config.dim)
         self.layer = TransformerBlock(self.config)
 

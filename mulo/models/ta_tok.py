@@ -257,12 +257,12 @@ def load_ta_tok(source: str | Path | dict, device="cpu", dtype=torch.float32) ->
         raise ValueError("not a TA-Tok checkpoint: expected {'model': {'args', 'sd'}}") from None
     if not isinstance(state, dict):
         raise ValueError(f"TA-Tok 'sd' must be a state dict, got {type(state).__name__}")
-    cfg = _read_args(args)
+    arch = _read_args(args)
     patch = _patch_embedding(state)
-    if patch.dim() != 2 or patch.shape[1] != cfg["bottleneck_dim"]:
+    if patch.dim() != 2 or patch.shape[1] != arch["bottleneck_dim"]:
         raise ValueError(
             f"decoder patch embedding has shape {tuple(patch.shape)}; expected [H, bottleneck_dim="
-            f"{cfg['bottleneck_dim']}] (a patch-size-1 linear embedding)"
+            f"{arch['bottleneck_dim']}] (a patch-size-1 linear embedding)"
         )
     width = int(patch.shape[0])
     if width % 12:
@@ -270,7 +270,7 @@ def load_ta_tok(source: str | Path | dict, device="cpu", dtype=torch.float32) ->
 
     with torch.device("meta"):  # no throw-away random init; load_state_dict(assign=True) fills it
         model = TATokDecoder(
-            cfg["codebook_size"], cfg["bottleneck_dim"], width, cfg["decoder_depth"], cfg["l2_normalized"]
+            arch["codebook_size"], arch["bottleneck_dim"], width, arch["decoder_depth"], arch["l2_normalized"]
         )
     mapped = decode_state_dict(state, model.decoder_key_prefix)
     expected = model.state_dict()
