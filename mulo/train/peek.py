@@ -42,7 +42,9 @@ def latest_target(pipe: Pipeline) -> tuple[dict, int]:
 
 
 def peek(pipe: Pipeline, n_prompts: int = 24, seed: int = 0) -> dict:
-    """{"step", "prompts", "methods": {label: card metrics}} of the run's target as it is now."""
+    """{"step", "prompts", "real_adherence", "methods": {label: card metrics}} of the run's target as
+    it is now; ``real_adherence`` is the real images' own on the same prompts, the ceiling the
+    mini-CLIP sets."""
     weights, step = latest_target(pipe)
     clip = pipe.load_clip()
     target = GPT(pipe.recipe.gpt_config("target", pipe.codes, clip.cond_dim))
@@ -58,7 +60,8 @@ def peek(pipe: Pipeline, n_prompts: int = 24, seed: int = 0) -> dict:
     reference = card.Reference(pipe.data, clip, card.eval_prompts(pipe.data)[:n_prompts])
     with torch.no_grad():
         methods = card.score_methods(Engine(family.to(pipe.device)), reference, METHODS, seed)
-    return {"step": step, "prompts": len(reference.prompts), "methods": methods}
+    real = reference.adherence(reference.real_images)
+    return {"step": step, "prompts": len(reference.prompts), "real_adherence": real, "methods": methods}
 
 
 def main(argv=None) -> int:
@@ -82,6 +85,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=1))
+    print(f"step {result['step']}: real images adherence {result['real_adherence']:.3f}", file=sys.stderr)
     for label, row in result["methods"].items():
         print(f"step {result['step']}: {label} adherence {row['adherence']:.3f} FD {row['fd']:.3f}", file=sys.stderr)
     return 0
