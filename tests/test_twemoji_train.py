@@ -168,7 +168,7 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
     assert set(looked["methods"]) == {"ar", "zipar-w8"}
     assert looked["methods"]["zipar-w8"]["nfe_target"] < looked["methods"]["ar"]["nfe_target"] == (px // 4) ** 2
     assert all(0 <= row["adherence"] <= 1 and row["fd"] >= 0 for row in looked["methods"].values())
-    # the ceiling beside them: the real images of the same prompts (the card's two smoke prompts)
+    # the ceiling beside them: the real images of the same prompts, the card's first two
     assert looked["real_adherence"] == metrics["methods"]["real images"]["adherence"]
     (tmp_path / "target.pt").rename(tmp_path / "run" / "target.pt")
     fam = family_mod.build(family, assets)

@@ -57,7 +57,9 @@ def peek(pipe: Pipeline, n_prompts: int = 24, seed: int = 0) -> dict:
         PromptConditioner(clip),
         defaults=pipe.recipe.defaults,
     )
-    reference = card.Reference(pipe.data, clip, card.eval_prompts(pipe.data)[:n_prompts])
+    # the first of the model card's own prompts, so a checkpoint's scores compare with the card's
+    prompts = card.eval_prompts(pipe.data, pipe.budget.eval_prompts)[:n_prompts]
+    reference = card.Reference(pipe.data, clip, prompts)
     with torch.no_grad():
         methods = card.score_methods(Engine(family.to(pipe.device)), reference, METHODS, seed)
     real = reference.adherence(reference.real_images)
