@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from mulo.train.card import stage_hardware
 from mulo.train.loop import MIN_LR_SCALE, lr_scale, train
 
 
@@ -23,7 +24,7 @@ class _Stop(Exception):
     pass
 
 
-def _run(checkpoint, steps, stop_at=None):
+def _run(checkpoint, steps, stop_at=None, stats=None):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     data = torch.randn(64, 4), torch.randn(64, 1)
@@ -34,7 +35,9 @@ def _run(checkpoint, steps, stop_at=None):
         rows = torch.arange(step * 8, step * 8 + 8) % 64  # what a step sees depends on its number only
         return torch.nn.functional.mse_loss(model(data[0][rows]), data[1][rows])
 
-    train("t", model, loss_fn, steps, checkpoint, lr=0.05, warmup=2, every=2)
+    out = train("t", model, loss_fn, steps, checkpoint, lr=0.05, warmup=2, every=2)
+    if stats is not None:
+        stats.update(out)
     return model.weight.detach().clone()
 
 
@@ -44,6 +47,28 @@ def test_a_run_stopped_and_resumed_ends_where_an_uninterrupted_one_does(tmp_path
         _run(tmp_path / "split.ckpt", 10, stop_at=7)  # checkpoint at step 6, step 6 redone
     assert torch.load(tmp_path / "split.ckpt", weights_only=True)["step"] == 6
     assert torch.equal(_run(tmp_path / "split.ckpt", 10), whole)
+
+
+def test_a_stage_finished_on_other_hardware_says_which_ran_which_steps(tmp_path, monkeypatch):
+    """The model card's hardware column: a run begun on a CPU and finished on a GPU keeps both."""
+    from mulo.train import loop
+
+    monkeypatch.setattr(loop, "hardware", lambda device: "the CPU")
+    with pytest.raises(_Stop):
+        _run(tmp_path / "t.ckpt", 10, stop_at=5)  # checkpoint at step 4
+    stats = {}
+    _run(tmp_path / "t.ckpt", 6, stats=stats)  # same hardware: one segment, no "segments" entry
+    assert "segments" not in stats
+    checkpoint = torch.load(tmp_path / "t.ckpt", weights_only=True)
+    assert [(s["hardware"], s["steps"]) for s in checkpoint["segments"]] == [("the CPU", [0, 6])]
+
+    monkeypatch.setattr(loop, "hardware", lambda device: "a GPU")
+    _run(tmp_path / "t.ckpt", 10, stats=stats)
+    assert [(s["hardware"], s["steps"]) for s in stats["segments"]] == [("the CPU", [0, 6]), ("a GPU", [6, 10])]
+    assert sum(s["seconds"] for s in stats["segments"]) == pytest.approx(stats["seconds"], abs=0.2)
+    cell = stage_hardware({**stats, "hardware": "a GPU"})
+    assert cell.startswith("the CPU: steps 0-6 in ") and "; a GPU: steps 6-10 in " in cell
+    assert stage_hardware({"hardware": "a GPU"}) == "a GPU"
 
 
 def test_bf16_is_chosen_by_measurement_not_by_flags(monkeypatch):

@@ -378,6 +378,16 @@ skin-tone variants (the emoji of Unicode 15.1 and 16 have no SVG there); names, 
 (sub)categories and the validation split from `emoji-datasource-twitter@16.0.0`'s `emoji.json`."""
 
 
+def stage_hardware(entry: dict) -> str:
+    """A report entry's hardware cell; for a stage resumed on other hardware, which ran which steps."""
+    if "segments" not in entry:
+        return entry.get("hardware", "n/a")
+    return "; ".join(
+        f"{seg['hardware']}: steps {seg['steps'][0]:,}-{seg['steps'][1]:,} in {seg['seconds']:,.0f} s"
+        for seg in entry["segments"]
+    )
+
+
 def write_model_card(
     assets: Path, report: dict, metrics: dict, budget: dict, sizes: dict, recipe: dict, geometry: dict
 ) -> str:
@@ -404,8 +414,10 @@ def write_model_card(
         return max(entry.get("stage_seconds", 0), entry.get("seconds", 0)) or None
 
     stage_rows = "\n".join(
-        f"| {name} | {_fmt(seconds(entry))} | {entry.get('hardware', 'n/a')} | "
-        + ", ".join(f"{k} {_fmt(v)}" for k, v in entry.items() if k not in ("stage_seconds", "hardware", "seconds"))
+        f"| {name} | {_fmt(seconds(entry))} | {stage_hardware(entry)} | "
+        + ", ".join(
+            f"{k} {_fmt(v)}" for k, v in entry.items() if k not in ("stage_seconds", "hardware", "seconds", "segments")
+        )
         + " |"
         for name, entry in report.items()
         if name != "vq_study"  # its own section; its time is the vq stage's

@@ -1,7 +1,8 @@
 """A resumable training loop: AdamW, warm-up + cosine learning rate, periodic checkpoints.
 
 A stage that is stopped (or killed) resumes from its last checkpoint with the same model,
-optimizer and step, so a long CPU run can be split across sessions.
+optimizer and step, so a long CPU run can be split across sessions, or finished on a GPU: the
+checkpoint keeps which hardware ran which steps (``segments``), for the model card.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import platform
 import time
 from pathlib import Path
 
@@ -39,20 +41,28 @@ def train(
     every: int = 200,
     on_step=None,
 ) -> dict:
-    """Run ``loss_fn(step) -> loss`` for ``steps`` steps; returns {"seconds", "final_loss"}.
-    ``on_step(step)`` runs after each optimizer step (codebook restarts and the like)."""
+    """Run ``loss_fn(step) -> loss`` for ``steps`` steps; returns {"seconds", "final_loss"}, and
+    "segments" ([{"hardware", "steps": [first, end], "seconds"}]) when more than one kind of
+    hardware ran them. ``on_step(step)`` runs after each optimizer step (codebook restarts and the like)."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
-    start, elapsed, recent = 0, 0.0, []
+    start, elapsed, recent, segments = 0, 0.0, [], []
     if checkpoint.exists():
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start, elapsed = int(state["step"]), float(state["seconds"])
+        segments = state.get("segments") or [{"hardware": "unrecorded", "steps": [0, start], "seconds": elapsed}]
         log.info("%s: resuming at step %d", name, start)
+    here = hardware(str(next(model.parameters()).device))
+    if not segments or segments[-1]["hardware"] != here:
+        segments.append({"hardware": here, "steps": [start, start], "seconds": 0.0})
+    done_before = elapsed - segments[-1]["seconds"]
 
     def save(step: int) -> None:
+        segments[-1].update(steps=[segments[-1]["steps"][0], step], seconds=round(elapsed - done_before, 1))
         tmp = checkpoint.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "seconds": elapsed}, tmp)
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "seconds": elapsed}
+        torch.save({**state, "segments": segments}, tmp)
         tmp.replace(checkpoint)
 
     model.train()
@@ -74,7 +84,18 @@ def train(
             save(step + 1)
             log.info("%s: step %d/%d loss %.4f (%.0f s)", name, step + 1, steps, sum(recent) / len(recent), elapsed)
     model.eval()
-    return {"seconds": round(elapsed, 1), "final_loss": sum(recent) / max(1, len(recent)) if recent else None}
+    stats = {"seconds": round(elapsed, 1), "final_loss": sum(recent) / max(1, len(recent)) if recent else None}
+    if len({segment["hardware"] for segment in segments if segment["steps"][1] > segment["steps"][0]}) > 1:
+        stats["segments"] = [segment for segment in segments if segment["steps"][1] > segment["steps"][0]]
+    return stats
+
+
+def hardware(device: str) -> str:
+    """What trains on ``device``, in words: the GPU's name, or the CPU, its threads and precision."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    precision = "bf16" if cpu_bf16_pays() else "fp32"  # what the AR models and the EAGLE head train in
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads, {precision}"
 
 
 def init_weights(module) -> None:

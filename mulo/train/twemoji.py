@@ -38,7 +38,7 @@ from mulo.models.upsample import TokenUpsampler
 from mulo.train import data as data_mod
 from mulo.train.assets import adopt_assets, export
 from mulo.train.eagle import train_eagle_head
-from mulo.train.loop import autocast, cpu_bf16_pays, init_weights, train
+from mulo.train.loop import autocast, hardware, init_weights, train
 from mulo.train.recipes import (
     CFG_DROPOUT,
     COND_LEN,
@@ -295,7 +295,15 @@ class Pipeline:
                 [clip.condition_features(ids[i : i + 512].to(self.device)).cpu() for i in range(0, len(ids), 512)]
             )
             conds[name] = conds[name].numpy().astype(np.float16)
-        np.savez(self.run / "tokens.npz", **grids, **conds, short_ids=short_ids, short_ptr=short_ptr, is_val=d.is_val)
+        np.savez(
+            self.run / "tokens.npz",
+            **grids,
+            **conds,
+            short_ids=short_ids,
+            short_ptr=short_ptr,
+            is_val=d.is_val,
+            keys=np.array(d.keys, dtype=str),
+        )
 
     def ar_data(self, side: int) -> SimpleNamespace:
         """The training material of an AR model on a ``side`` x ``side`` grid: token sequences,
@@ -309,7 +317,9 @@ class Pipeline:
         train_idx = np.flatnonzero(~is_val)
         # Every emoji equally likely, its skin-tone variants sharing its weight: variants are
         # 58 % of the images but near-duplicates, and the base emoji are what prompts ask for.
-        group = np.unique(np.array(self.data.keys)[train_idx], return_inverse=True, return_counts=True)
+        # (The keys travel in tokens.npz, so the AR stages run without the renders, on a GPU machine.)
+        keys = z["keys"] if "keys" in z.files else np.array(self.data.keys)
+        group = np.unique(keys[train_idx], return_inverse=True, return_counts=True)
         weights = 1.0 / group[2][group[1]]
         conds = {k: torch.from_numpy(z[k].astype(np.float32)) for k in ("cond_name", "cond_text", "cond_short")}
         return SimpleNamespace(
@@ -543,15 +553,6 @@ def validation_loss(
         logits = model(inputs, cond[i : i + batch].to(device), mask)
         total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1), reduction="sum"))
     return round(total / tokens.numel(), 4)
-
-
-def hardware(device: str) -> str:
-    import platform
-
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    precision = "bf16" if cpu_bf16_pays() else "fp32"  # what the AR models and the EAGLE head train in
-    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads, {precision}"
 
 
 def run(
