@@ -80,7 +80,7 @@ def build_demo() -> gr.Blocks:
                         list(engines.FAMILY_CHOICES),
                         value=engines.DEFAULT_FAMILY,
                         label="family",
-                        info="twemoji (32x32 tokens), twemoji-64 (16x16): trained here (CPU); toy: random "
+                        info="twemoji (32x32 tokens), twemoji-64 (16x16): trained by us, run on a CPU; toy: random "
                         "weights (code paths only); tar: the real Tar models (GPU, weights from "
                         "`python -m mulo download tar`)",
                     )

@@ -1,5 +1,5 @@
-"""The shipped 16x16-token family (assets/twemoji-64): size limits, offline loading, behaviour; the
-bars below were measured on it."""
+"""The shipped families, ``twemoji`` (32x32 tokens, 128 px) and ``twemoji-64`` (16x16, 64 px, still
+the default): size limits, offline loading, behaviour; the bars below were measured on each."""
 
 import json
 import os
@@ -12,21 +12,26 @@ import pytest
 from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, twemoji
 from tests.helpers import run_cli
 
-FAMILY = "twemoji-64"
-ASSETS = ASSETS_ROOT / FAMILY
+FAMILIES = ("twemoji", "twemoji-64")
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(family):
     from mulo.engine import Engine
 
-    return Engine(twemoji.build(FAMILY))
+    return Engine(twemoji.build(family))
 
 
-def test_assets_fit_spaces_limits():
-    sizes = {p.name: p.stat().st_size for p in ASSETS.glob("*.safetensors")}
+def test_assets_fit_spaces_limits(family):
+    assets = ASSETS_ROOT / family
+    sizes = {p.name: p.stat().st_size for p in assets.glob("*.safetensors")}
     assert set(sizes) == {f"{name}.safetensors" for name in (*twemoji.FILES, "eagle_head")}
-    card = (ASSETS / "MODEL_CARD.md").read_text()
+    card = (assets / "MODEL_CARD.md").read_text()
     assert "CC-BY 4.0" in card and "Twitter, Inc." in card
     # Hugging Face Spaces takes no file of 10 MB or more without LFS; the app ships every family
     files = [p for p in ASSETS_ROOT.rglob("*") if p.is_file()]
@@ -64,8 +69,9 @@ def test_images_are_emoji_not_noise(engine):
     """Generated images look like emoji: mostly white background, a coloured object in the middle."""
     for prompt in ("red apple", "rocket", "grinning face"):
         image = engine.generate(prompt, "ar", 0).image.astype(float) / 255
-        border = np.concatenate([image[:4].reshape(-1, 3), image[-4:].reshape(-1, 3)])
-        centre = image[20:44, 20:44].reshape(-1, 3)
+        px, edge = image.shape[0], image.shape[0] // 16
+        border = np.concatenate([image[:edge].reshape(-1, 3), image[-edge:].reshape(-1, 3)])
+        centre = image[px * 5 // 16 : px * 11 // 16, px * 5 // 16 : px * 11 // 16].reshape(-1, 3)
         assert border.mean() > 0.85, prompt  # white margin
         assert centre.std() > 0.1, prompt  # something drawn in the middle
 
@@ -98,18 +104,24 @@ def prompt_adherence(engine, q, method: str, prompts, config=None) -> float:
     return adherence(q.clip, images, keys, q.text_names, q.text_keys, text_embeddings=q.text_embeddings)
 
 
-# Same bar for both: on these eight AR and MuLo-SD each miss grinning face and christmas tree
-# (the card's 120 prompts: adherence 0.758 AR, 0.750 MuLo-SD r = 2 at the default radius l = 2).
-@pytest.mark.parametrize(("method", "bar"), [("ar", 0.75), ("mulo", 0.75)])
-def test_images_depict_the_prompt(engine, quality, method, bar):
+# Bars measured on each family over these eight. twemoji-64: AR and MuLo-SD each miss grinning face
+# and christmas tree (its card's 120 prompts: adherence 0.758 AR, 0.750 MuLo-SD r = 2 at l = 2).
+# twemoji: AR 6 of 8, MuLo-SD 4 of 8 at the calibrated l = 3 (its card's 120 prompts: AR 0.850,
+# MuLo-SD r = 2 0.825; these eight are harder for MuLo-SD than the average).
+ADHERENCE_BARS = {"twemoji": {"ar": 0.75, "mulo": 0.5}, "twemoji-64": {"ar": 0.75, "mulo": 0.75}}
+
+
+@pytest.mark.parametrize("method", ["ar", "mulo"])
+def test_images_depict_the_prompt(engine, family, quality, method):
     """Common emoji, prompted by name, are recognisable for AR and for MuLo-SD."""
     score = prompt_adherence(engine, quality, method, COMMON_PROMPTS)
-    assert score >= bar, score
+    assert score >= ADHERENCE_BARS[family][method], score
 
 
 @pytest.mark.parametrize("method", ["ar", "mulo"])
 def test_short_names_depict_their_emoji(engine, quality, method):
-    """ "pizza" draws the slice of pizza: a short name conditions on its emoji's name."""
+    """ "pizza" draws the slice of pizza: a short name conditions on its emoji's name (twemoji: AR 8,
+    MuLo-SD 7 of these 8)."""
     assert prompt_adherence(engine, quality, method, SHORT_NAME_PROMPTS) >= 0.75
 
 
@@ -126,8 +138,9 @@ def test_aliases_are_recorded_and_can_be_turned_off(engine):
     assert "conditioned on *slice of pizza*" in stats_markdown(trace, None)  # the app says so
 
 
-# The models alone (aliases off) do not generalise to one word: AR and MuLo-SD 0.25 here (cat and
-# dog, which are names), 0.11 and 0.08 over the card's 87 one-word prompts. Training on short
+# The models alone (aliases off) do not generalise to one word: on twemoji-64 AR and MuLo-SD 0.25
+# here (cat and dog, which are names), 0.11 and 0.08 over the card's 87 one-word prompts; on
+# twemoji 0.375 and 0.375 here, 0.18 and 0.13 over its card's 90. Training on short
 # prompts (run twemoji-v9, 512 codes) reached 0.5 here and 0.28 on the card but cost name adherence
 # (0.74 -> 0.67): see the model card.
 @pytest.mark.xfail(strict=True, reason="one-word prompts are out of the AR models' training distribution")
@@ -137,7 +150,8 @@ def test_one_word_prompts_depict_their_emoji_without_aliases(engine, quality, me
 
 
 def test_acceptance_is_spatially_structured(engine):
-    """MuLo-SD accepts flat regions more often than detailed ones (120 prompts: 0.67 vs 0.33)."""
+    """MuLo-SD accepts flat regions more often than detailed ones (the cards' 120 prompts: twemoji-64
+    0.67 vs 0.33, twemoji 0.75 vs 0.39; on these six twemoji 0.77 vs 0.47)."""
     from mulo.eval.metrics import acceptance_by_detail
 
     flat_acc, detail_acc = [], []
@@ -149,14 +163,14 @@ def test_acceptance_is_spatially_structured(engine):
     assert np.mean(flat_acc) > np.mean(detail_acc) + 0.1, (flat_acc, detail_acc)
 
 
-def test_app_reports_prompts_with_no_known_word():
+def test_app_reports_prompts_with_no_known_word(family):
     import gradio as gr
 
     from mulo.ui import handlers
 
     with pytest.raises(gr.Error, match="no known word"):
-        list(handlers.generate("qwertyuiop zxcv", 0, FAMILY))
-    *_, state = list(handlers.generate("red apple zxcv", 0, FAMILY))[-1]
+        list(handlers.generate("qwertyuiop zxcv", 0, family))
+    *_, state = list(handlers.generate("red apple zxcv", 0, family))[-1]
     assert "unknown words ignored: zxcv" in state["views"]["MuLo-SD"].trace.warnings[0]
 
 

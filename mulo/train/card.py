@@ -231,9 +231,10 @@ def _text_mix(mix: dict) -> str:
 def _teacher_forcing(budget: dict) -> str:
     if not budget["input_noise"]:
         return (
-            "plain teacher forcing (v1 switched to noisy teacher forcing, 15 % random input codes, at "
-            "62 % of its steps: its target had reached a training loss of 0.34 nats per token, jumped to "
-            "1.85, and ended with a clean teacher-forced loss of 0.66 on the evaluation emoji)"
+            "plain teacher forcing (the first `twemoji-64` weights switched to noisy teacher forcing, 15 % "
+            "random input codes, at 62 % of their steps: their target had reached a training loss of 0.34 "
+            "nats per token, jumped to 1.85, and ended with a clean teacher-forced loss of 0.66 on the "
+            "evaluation emoji)"
         )
     return (
         f"noisy teacher forcing ({budget['input_noise']:.0%} of the input tokens replaced by random codes "
@@ -366,8 +367,28 @@ measured on.
   14,000 AR reached 0.575 and ZipAR w8 0.383 over the 120 prompts (FD 0.51 and 0.65): ZipAR's samples
   still left their emoji at a row's first token (the causal target's loss on it 0.66 nats in ZipAR's
   samples, 0.025 in AR's), so those tokens were weighted 8 (`proxy_weight`) for the last 2,000 steps:
-  0.22 nats at step 14,800 on the true images, 0.27 before, 0.15 causal. This recipe keeps the
+  0.22 nats at step 14,800 on the true images, 0.27 before, 0.15 causal. The next runs keep the
   proxies and their weight from the first step, in one cosine.
+- **The second run's target** (16,000 steps at batch 16, one cosine, on 2 CPU cores at about 2.8 s
+  a step): at step 8,400 (training loss 0.175, 6.6 h) its AR images scored adherence 0.05 and FD 1.35
+  over the 120 evaluation prompts (ZipAR w8 0.04, FD 1.32; the real images 0.925): right colours
+  and shapes, not yet the prompted emoji. Stopped there for a GPU.
+- **These weights**: the recipe sized for a GPU, the target trained from scratch on one H100 in
+  12 minutes (40,000 steps at batch 32, 5x the second run's sequences; training loss 0.003), the
+  drafters, draft model, up-samplers and EAGLE head after it (3-4x the sequences of the CPU plan).
+  The CLIP, VQ study and tokens are the second run's, on 2 CPU cores. The target memorises its
+  training emoji (validation loss on held-out emoji about 4 nats per token), which is what the
+  evaluation asks of it: of its 120 prompts (one per base emoji), 113 have training images.
+- **MuLo-SD's defaults** (`mulo.eval.calibrate`, 24 prompts, r = 2 and 4 on AR's seeds): only
+  radius l = 3 kept AR's quality, at 0.84x / 1.00x AR's NFE; l = 0 reached 1.95x / 2.78x at
+  adherence 0.667 (AR 0.833), ZipAR inside the islands (window 4, l = 2) 2.55x / 4.81x at 0.50, and
+  pooling (k = 1, 4) lost more. Why small radii fail here: the target judges each drafted token in
+  the context of the up-sampled draft, which blurs detail (the learned r = 2 up-sampler reproduces
+  0.67 of the codes), so flat tokens where an eye or a stem belongs clear tau in that context;
+  committed, they pull the memorising target's resampling off its emoji (at l = 1 a cat face came
+  out without features with 95 % of the grid re-opened). Showing the resampling queries the
+  rejected drafts instead of masking unresolved slots changed nothing visible; rounds of one or two
+  low-res rows (`rows_per_block`) were worse.
 """
 PNG_DATA = """Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
 {images:,} images including skin-tone variants, composited over white; names, short names and
@@ -481,7 +502,7 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   conditioned on the text features, {recipe["cfg_dropout"]:.0%} condition dropout for classifier-free
   guidance, text augmentation ({_text_mix(mix)}), {_teacher_forcing(budget)}.
   Batches draw every emoji equally often, its skin-tone variants sharing its weight; bf16 autocast
-  where it measures faster than fp32 (`loop.cpu_bf16_pays`).{_parallel_decoding(budget)}
+  on a GPU, and on a CPU where it measures faster than fp32 (`loop.cpu_bf16_pays`).{_parallel_decoding(budget)}
 - **Same-grid draft model** (`draft_model`, {grid[1]}, width {small["dim"]}, {small["n_layer"]} layers) for
   the token-level baselines `sd` and `lantern`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle
