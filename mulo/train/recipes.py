@@ -51,7 +51,6 @@ class Budget:
     ar_steps: int = 3600  # the target
     drafter_steps: int = 2000  # each low-res drafter
     ar_batch: int = 32
-    target_batch: int | None = None  # the target's batch when not ar_batch
     draft_model_steps: int = 1700
     upsampler_steps: int = 800
     upsampler_batch: int = 64

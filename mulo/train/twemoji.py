@@ -364,7 +364,6 @@ class Pipeline:
         model.apply(init_weights)
         torch.nn.init.normal_(model.abs_pe, std=0.02)
         model.to(self.device)
-        batch = (self.budget.target_batch if stage == "target" else None) or self.budget.ar_batch
         steps = {"target": self.budget.ar_steps, "draft_model": self.budget.draft_model_steps}.get(
             stage, self.budget.drafter_steps
         )
@@ -385,7 +384,7 @@ class Pipeline:
             # One generator per step, so a stage resumed in a later session draws what an
             # uninterrupted run would have.
             rng = np.random.default_rng([self.seed, sum(map(ord, stage)), step])
-            x, cond = self.ar_batch(data, rng, batch)
+            x, cond = self.ar_batch(data, rng, self.budget.ar_batch)
             inputs = x[:, :-1]
             noisy = self.budget.input_noise > 0 and step >= self.budget.input_noise_from * steps
             if noisy:  # noisy teacher forcing: predict the clean token anyway
