@@ -61,8 +61,16 @@ def train(
     def save(step: int) -> None:
         segments[-1].update(steps=[segments[-1]["steps"][0], step], seconds=round(elapsed - done_before, 1))
         tmp = checkpoint.with_suffix(".tmp")
-        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "seconds": elapsed}
-        torch.save({**state, "segments": segments}, tmp)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "step": step,
+                "seconds": elapsed,
+                "segments": segments,
+            },
+            tmp,
+        )
         tmp.replace(checkpoint)
 
     model.train()
@@ -85,8 +93,9 @@ def train(
             log.info("%s: step %d/%d loss %.4f (%.0f s)", name, step + 1, steps, sum(recent) / len(recent), elapsed)
     model.eval()
     stats = {"seconds": round(elapsed, 1), "final_loss": sum(recent) / max(1, len(recent)) if recent else None}
-    if len({segment["hardware"] for segment in segments if segment["steps"][1] > segment["steps"][0]}) > 1:
-        stats["segments"] = [segment for segment in segments if segment["steps"][1] > segment["steps"][0]]
+    ran = [segment for segment in segments if segment["steps"][1] > segment["steps"][0]]
+    if len({segment["hardware"] for segment in ran}) > 1:
+        stats["segments"] = ran
     return stats
 
 
