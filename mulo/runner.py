@@ -140,17 +140,22 @@ class ModelRunner:
         self._stale_from = self.n_image  # every stale slot before the inputs was just re-fed
         return logits[len(extra) :]
 
-    def feed_over_final(self, inputs: torch.Tensor, tokens: torch.Tensor, seq: torch.Tensor, final) -> torch.Tensor:
+    def feed_over_final(
+        self, inputs: torch.Tensor, tokens: torch.Tensor, seq: torch.Tensor, final, proxied=None
+    ) -> torch.Tensor:
         """Feed ``tokens`` at ``inputs``, each query seeing the condition, its own slot and only the
-        ``final`` positions before it (MuLo-SD's island resampling). A final token whose slot still
-        holds something else (an island row's last token, never fed as an input) is written in
-        the same pass. Returns the guided logits of ``inputs``."""
+        ``final`` positions before it (MuLo-SD's island resampling), plus the ``proxied`` ones:
+        row ends that hold ZipAR's proxy, seen as ZipAR's own queries see them (the target was
+        trained so). A final token whose slot still holds something else (an island row's last
+        token, never fed as an input; a proxy's true token) is written in the same pass. Returns
+        the guided logits of ``inputs``."""
         limit = int(inputs.max())
         unwritten = (self._fed[:limit] != seq[:limit]) & final[:limit]
         unwritten[inputs[inputs < limit]] = False
         rewrite = unwritten.nonzero()[:, 0]
         positions = torch.cat([rewrite, inputs])
-        logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, final))
+        visible = final if proxied is None else final | proxied
+        logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, visible))
         return logits[len(rewrite) :]
 
     def feed_tree(self, seq: torch.Tensor, root: int, positions, tokens, visible: torch.Tensor):

@@ -229,7 +229,9 @@ def ready_in_islands(unresolved: torch.Tensor, labels: torch.Tensor, width: int,
         for u in row_starts.tolist():
             col = u % width
             input_final = u == 0 or col == 0 or not open_[u - 1]  # col 0: proxy input
-            if input_final and above >= col + window:
+            # As in ZipAR (and its training masks), the second row waits for the first to finish.
+            first_row_done = u // width != 1 or not open_[:width].any()
+            if input_final and first_row_done and above >= col + window:
                 ready.append(u)
             above = min(above, col)
     return sorted(ready)
@@ -258,13 +260,16 @@ def resample(ctx: DecodeContext, target, seq, probs_t0, t0: int, reopened, label
             waves[u] = waves.max() + 1
         return waves
     wave = 1
+    proxied = torch.zeros(len(seq), dtype=torch.bool)  # slots holding ZipAR's proxy for their token
     while bool(unresolved.any()):
         wave += 1
         ready = torch.tensor(ready_in_islands(unresolved, labels, width, knobs.island_window))
         final = ~unresolved
         inputs = ready - 1
-        logits = target.feed_over_final(inputs, proxy_inputs(seq, inputs, final, width), seq, final)
+        logits = target.feed_over_final(inputs, proxy_inputs(seq, inputs, final, width), seq, final, proxied)
+        proxied[inputs[~final[inputs]]] = True
         seq[ready] = ctx.sample(target.probs(logits))
         unresolved[ready] = False
+        proxied &= unresolved  # a sampled token replaces its proxy before any query sees the slot
         waves[ready] = wave
     return waves
