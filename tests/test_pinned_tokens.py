@@ -21,7 +21,7 @@ PINNED = json.loads(PINS.read_text())
 
 @pytest.fixture(scope="module")
 def engines():
-    return {name: Engine(load_family(name)) for name in ("toy", "twemoji-64")}
+    return {name: Engine(load_family(name)) for name in ("toy", "twemoji-64", "twemoji")}  # twemoji: the examples
 
 
 def test_every_method_is_pinned_on_both_families():

@@ -9,9 +9,8 @@ from pathlib import Path
 TWEMOJI = ("twemoji", "twemoji-64")
 ASSETS_ROOT = Path(__file__).resolve().parents[2] / "assets"
 FAMILIES = (*TWEMOJI, "toy", "tar")
-# The app's and the CLI's family: twemoji-64 until MuLo-SD is faster than AR at AR's quality on the
-# 32x32 family (shipped, but its calibrated MuLo-SD runs at 0.87x AR's speed: README, twemoji family).
-DEFAULT_FAMILY = "twemoji-64"
+# The app's and the CLI's family: the 32x32 one, at the geometry of Tar's 512 px setting (issue 19).
+DEFAULT_FAMILY = "twemoji"
 TAR_VARIANTS = ("tar", "tar-1.5b-1024", "tar-7b-512", "tar-7b-1024")
 
 

@@ -389,6 +389,17 @@ measured on.
   out without features with 95 % of the grid re-opened). Showing the resampling queries the
   rejected drafts instead of masking unresolved slots changed nothing visible; rounds of one or two
   low-res rows (`rows_per_block`) were worse.
+- **ZipAR inside the islands, fixed; the defaults since.** The evaluation above ran at the defaults
+  then (its config line). ZipAR inside MuLo-SD's islands did not do what whole-grid ZipAR does: a
+  row under the first row started before the first row was finished, and queries did not see the
+  row-end proxies, neither of which this target ever trained on (with everything re-opened, island
+  ZipAR w8 scored adherence 0.33 where ZipAR w8 scores 0.83 on 12 prompts; greedy, it left AR's
+  tokens on 5 of 6 prompts, and matches them on 6 of 6 since). Fixed, l = 3 with ZipAR window 8
+  inside the islands and ZipAR drafting became the defaults: on the first 24 prompts they score what
+  whole-grid ZipAR w8 scores (adherence 0.792, AR 0.833). Over the 120 evaluation prompts
+  (`python -m mulo bench`, `benchmarks/RESULTS.md`): MuLo-SD v2 at r = 2 runs 1.96x AR's speed
+  (2.89x by NFE) at adherence 0.808 and FD 0.243 (AR 0.850 and 0.229), at r = 4 2.13x (3.02x) at
+  0.783 and 0.264; ZipAR with window 4 runs 3.72x at 0.817 and 0.240.
 """
 PNG_DATA = """Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
 {images:,} images including skin-tone variants, composited over white; names, short names and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def test_generate_scrub_click_download(page: Page, app_url):
 
     # the round panel is filled for MuLo-SD; scrubbing changes the round shown
     info = page.locator("#round-info")
-    expect(info).to_contain_text("round 1 / 4", timeout=30_000)
+    expect(info).to_contain_text(re.compile(r"round 1 / ([2-9]|[1-9][0-9])\b"), timeout=30_000)  # several rounds
     page.get_by_role("button", name="next ▶", exact=True).click()
     expect(info).to_contain_text("round 2 /", timeout=30_000)
     expect(page.locator("#token-map img")).to_be_visible()
