@@ -49,7 +49,9 @@ def test_distant_islands_resample_in_parallel_and_zipar_overlaps_rows():
     labels = reopened.long()
     assert count_waves(reopened, 0, labels, 8, None) == 31
     assert count_waves(reopened, 0, labels, 8, 0) == 31  # raster order inside the island
-    assert count_waves(reopened, 0, labels, 8, 2) == 7 + 3 * 2  # ZipAR: W - 1 + (R - 1) * window
+    # ZipAR: the first row's W - 1 after t0, the second row (it waits for the first, as in ZipAR) W,
+    # then each further row its window more: whole-grid ZipAR's passes, less t0's
+    assert count_waves(reopened, 0, labels, 8, 2) == 7 + 8 + 2 * 2
 
 
 def test_the_bound_counts_drafter_verification_and_resampling_passes(toy):
