@@ -211,11 +211,13 @@ def ready_in_islands(unresolved: torch.Tensor, labels: torch.Tensor, width: int,
     token of the row above). Window s > 0 (ZipAR inside islands): u = (i, j) is ready once every
     unresolved position of its island before it lies in a row above at column >= j + s; a row's
     first token then starts before the row above is finished, on a proxy input (see
-    ``proxy_inputs``), so an island of R rows takes about W + (R-1)s waves instead of R*W.
+    ``proxy_inputs``), so an island of R rows takes about W + (R-1)s waves instead of R*W. As in
+    ZipAR, whose schedule the targets train under, the grid's second row waits for the first.
     """
     open_ = unresolved.numpy()
     cells = np.flatnonzero(open_)  # raster order
     island_of = labels.numpy()[cells]
+    first_row_open = bool(open_[:width].any())  # ZipAR's second row waits for the first to finish
     ready = []
     for island in np.unique(island_of):
         todo = cells[island_of == island]
@@ -229,9 +231,8 @@ def ready_in_islands(unresolved: torch.Tensor, labels: torch.Tensor, width: int,
         for u in row_starts.tolist():
             col = u % width
             input_final = u == 0 or col == 0 or not open_[u - 1]  # col 0: proxy input
-            # As in ZipAR (and its training masks), the second row waits for the first to finish.
-            first_row_done = u // width != 1 or not open_[:width].any()
-            if input_final and first_row_done and above >= col + window:
+            waits_for_first_row = u // width == 1 and first_row_open
+            if input_final and not waits_for_first_row and above >= col + window:
                 ready.append(u)
             above = min(above, col)
     return sorted(ready)
