@@ -141,7 +141,7 @@ class ModelRunner:
         return logits[len(extra) :]
 
     def feed_over_final(
-        self, inputs: torch.Tensor, tokens: torch.Tensor, seq: torch.Tensor, final, proxied=None
+        self, inputs: torch.Tensor, tokens: torch.Tensor, seq: torch.Tensor, final, proxied
     ) -> torch.Tensor:
         """Feed ``tokens`` at ``inputs``, each query seeing the condition, its own slot and only the
         ``final`` positions before it (MuLo-SD's island resampling), plus the ``proxied`` ones:
@@ -154,8 +154,7 @@ class ModelRunner:
         unwritten[inputs[inputs < limit]] = False
         rewrite = unwritten.nonzero()[:, 0]
         positions = torch.cat([rewrite, inputs])
-        visible = final if proxied is None else final | proxied
-        logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, visible))
+        logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, final | proxied))
         return logits[len(rewrite) :]
 
     def feed_tree(self, seq: torch.Tensor, root: int, positions, tokens, visible: torch.Tensor):

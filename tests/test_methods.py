@@ -131,6 +131,7 @@ def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resamp
     rnd = result.trace.rounds[0]
     assert len(result.trace.rounds) == 1 and 0 < rnd.reopened.mean() < 1  # kept and re-opened tokens
     checked = proxies = 0
+    width = toy.GRID
     for positions, mask, fed, n_cond in calls[1:]:  # calls[0]: the verification pass
         for q in range(len(positions)):
             visible = mask[q, n_cond:].nonzero()[:, 0]
@@ -138,7 +139,6 @@ def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resamp
                 checked += 1
                 if fed[s] == final[s]:
                     continue
-                width = toy.GRID
                 assert island_window and s % width == width - 1, (resampling, int(positions[q]), s)
                 assert int(positions[q]) // width > s // width  # a query in a later row
                 proxies += 1
