@@ -18,6 +18,7 @@ RESAMPLING = ("raster", "islands")
 UPSAMPLERS = ("pixel", "learned")
 MAX_PROMPT_CHARS = 300
 MAX_TREE_NODES = 255  # EAGLE-2's draft tree, without its root (a trace's bound too)
+LANTERN_K_SHARE = 1000 / 16384  # LANTERN's neighbourhood on LlamaGen's codebook (its paper, MuLo-SD's runs)
 
 
 class ConfigError(ValueError):
@@ -55,12 +56,20 @@ class GenerationConfig:
     # -- baselines --------------------------------------------------------------------------------
     zipar_window: int = knob(4, "ZipAR: row i+1 starts once row i has this many tokens")
     sjd_window: int = knob(16, "SJD: Jacobi window length L")
-    draft_len: int = knob(4, "SD/LANTERN: draft tokens per verification (gamma)")
-    delta: float = knob(0.4, "LANTERN: total-variation budget of the pooled neighbours (> 1: LANTERN++ ratio)")
-    lantern_k: int = knob(8, "LANTERN: codebook neighbours of the draft token it may pool (its own k, not MuLo-SD's)")
-    tree_budget: int = knob(60, "EAGLE-2: tokens verified per round (the root and the most confident tree nodes)")
-    tree_depth: int = knob(6, "EAGLE-2: draft-tree depth (drafter passes per round)")
-    tree_top_k: int = knob(10, "EAGLE-2: continuations added per expanded node, and nodes expanded per depth")
+    draft_len: int = knob(4, "SD / LANTERN-chain: draft tokens per verification (gamma)")
+    delta: float = knob(
+        0.4, "LANTERN: the neighbour mass c_m pooled onto a draft stays <= delta (> 1: LANTERN++, <= (delta-1)*p(x))"
+    )
+    lantern_k: int = knob(
+        -1,
+        "LANTERN: nearest codebook neighbours a draft may pool (its own k, not MuLo-SD's); -1 = auto: "
+        "round(V * 1000/16384), LANTERN's k = 1000 on LlamaGen's 16384 codes (2 of twemoji's 32)",
+    )
+    tree_budget: int = knob(
+        60, "EAGLE-2 / LANTERN: tokens verified per round (the root and the most confident tree nodes)"
+    )
+    tree_depth: int = knob(6, "EAGLE-2 / LANTERN: draft-tree depth (drafter passes per round)")
+    tree_top_k: int = knob(10, "EAGLE-2 / LANTERN: continuations added per expanded node, and nodes expanded per depth")
 
     def to_dict(self) -> dict:
         """Keys -> values (``cfg``, not ``guidance``): a trace's ``config``."""
@@ -77,6 +86,13 @@ class GenerationConfig:
         if len(values) < len(data):
             raise ConfigError("the guidance scale is given twice (as cfg and as guidance)")
         return cls(**values)
+
+    def resolved_lantern_k(self, vocab_size: int) -> int:
+        """``lantern_k``, or for -1 the share of the codebook LANTERN pools on LlamaGen (k = 1000 of
+        16384 codes, about 6 %), at least one neighbour and at most every other code."""
+        if self.lantern_k >= 0:
+            return self.lantern_k
+        return min(vocab_size - 1, max(1, round(vocab_size * LANTERN_K_SHARE)))
 
     def resolved_rows_per_block(self, low_rows: int) -> int:
         if self.rows_per_block == 0:
@@ -125,7 +141,11 @@ def validate(config: GenerationConfig, *, vocab_size: int, ratios: tuple[int, ..
     )
     _number("tau", config.tau, 0)
     _number("k", config.k, 0, vocab_size - 1, integer=True)
-    _number("lantern_k", config.lantern_k, 0, vocab_size - 1, integer=True)
+    _check(
+        isinstance(config.lantern_k, int) and not isinstance(config.lantern_k, bool)
+        and -1 <= config.lantern_k <= vocab_size - 1,
+        f"lantern_k must be -1 (auto) or an integer in [0, {vocab_size - 1}] (got {config.lantern_k!r})",
+    )  # fmt: skip
     _number("radius", config.radius, 0, 64, integer=True)
     _number("rows_per_block", config.rows_per_block, 0, 4096, integer=True)
     _check(config.drafting in DRAFTING, f"drafting must be one of {', '.join(DRAFTING)} (got {config.drafting!r})")

@@ -11,6 +11,9 @@ of the current node in turn, accept child ``x`` with probability ``p(x)`` under 
 residual, and on a rejection remove ``x`` from the residual (``norm(max(0, p - 1_x))``). If no
 child is accepted the next token is drawn from the residual. Every emitted token then follows
 the target's distribution exactly; at temperature 0 ``p`` is one-hot and the walk is greedy AR.
+
+The test of a tried candidate is a parameter of the walk: LANTERN (``mulo.methods.lantern``)
+accepts with a relaxed probability and removes more than the candidate from the residual.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mulo.sampling import sample, uniform
+from mulo.sampling import residual_without, sample, uniform
 
 UNTRIED, ACCEPTED, REJECTED = 0, 1, 2
 
@@ -103,13 +106,26 @@ class TreeVerdict:
     bonus: bool  # True when the path ended at a leaf and ``next_token`` came from its distribution
 
 
+def exact_test(probs: torch.Tensor, token: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """EAGLE-2's test of a tried candidate under the current residual ``probs``: the probability
+    to accept it with, p(x), and the codes a rejection removes from the residual, x alone."""
+    return probs[token], torch.tensor([token])
+
+
 def verify_tree(
-    tree: DraftTree, root_probs: torch.Tensor, node_probs: dict[int, torch.Tensor], n_total: int, generator
+    tree: DraftTree,
+    root_probs: torch.Tensor,
+    node_probs: dict[int, torch.Tensor],
+    n_total: int,
+    generator,
+    test=exact_test,
 ) -> TreeVerdict:
     """Walk the tree from the root with multi-candidate rejection sampling (see the module doc).
 
     ``root_probs [V]``: the target's distribution of position ``root + 1``; ``node_probs[j]``: its
-    distribution after node j (absent for nodes at the last position ``n_total - 1``)."""
+    distribution after node j (absent for nodes at the last position ``n_total - 1``).
+    ``test(probs, token)`` gives a candidate's acceptance probability and the codes its rejection
+    removes from the residual (``exact_test``: EAGLE-2's lossless rule)."""
     status = [UNTRIED] * len(tree)
     accept_prob = [-1.0] * len(tree)
     path: list[int] = []
@@ -117,14 +133,13 @@ def verify_tree(
     while True:
         accepted, children = None, tree.children(node)
         for child in children:
-            x = tree.tokens[child]
-            accept_prob[child] = float(probs[x])
-            if bool(uniform((), generator, probs.device) < probs[x]):  # strict: p(x) = 0 never passes
+            mass, dropped = test(probs, tree.tokens[child])
+            accept_prob[child] = float(mass)
+            if bool(uniform((), generator, probs.device) < mass):  # strict: mass 0 never passes
                 accepted = child
                 break
             status[child] = REJECTED
-            probs[x] = 0  # the residual norm(max(0, p - 1_x)): p without x
-            probs = probs / probs.sum()
+            probs = residual_without(probs, dropped)
         if accepted is None:
             token = int(sample(probs, generator))
             return TreeVerdict(path, status, accept_prob, token, bonus=not children)

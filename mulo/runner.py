@@ -163,8 +163,9 @@ class ModelRunner:
         committed prefix, the root and the nodes ``visible[j]`` marks (its ancestors and itself),
         never a sibling's branch. Slots before ``root`` must already hold ``seq``.
 
-        Returns ``(probs [1 + M, V]`` (CPU; row 0 the root's, predicting ``root + 1``), hidden
-        ``[B, 1 + M, dim])``."""
+        Returns ``(logits [1 + M, V]`` (guided, on the model's device; row 0 the root's,
+        predicting ``root + 1``), hidden ``[B, 1 + M, dim])``: a verifier picks the distribution
+        it tests with (``probs``: the request's sampling; LANTERN's greedy rule: the softmax)."""
         if bool((self._fed[:root] != seq[:root]).any()) or root >= self.n_image - 1:
             raise RuntimeError("a draft tree must grow from a fed prefix and a root that can be fed")
         m = len(tokens)
@@ -180,7 +181,7 @@ class ModelRunner:
         self.cache.written[self.n_main :] = False  # the last tree's nodes are gone
         logits, hidden = self._feed_hidden(all_positions, tokens, mask, slots)
         self._fed[root] = seq[root]
-        return self.probs(logits).cpu(), hidden
+        return logits, hidden
 
     def commit_tree(self, nodes, positions, tokens) -> None:
         """The accepted path's nodes (scratch indices) become the prefix: their K/V, computed in

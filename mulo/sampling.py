@@ -150,17 +150,47 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, residual / total.clamp_min(1e-30), p)
 
 
-def lantern_residual(
-    p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, neighbours: torch.Tensor, pooled: torch.Tensor
-) -> torch.Tensor:
-    """Residual after a relaxed rejection, for one position: ``norm(max(0, p~ - q))``.
+def renormalised_or_uniform(weights: torch.Tensor) -> torch.Tensor:
+    """``weights [V]`` scaled to sum to 1; uniform when nothing is left (LANTERN's fallback when a
+    rejection has removed every code with mass)."""
+    total = weights.sum()
+    if total > 0:
+        return weights / total
+    return torch.full_like(weights, 1.0 / weights.numel())
 
-    ``p~`` is p with the pooled neighbours' mass moved onto the draft token, so accepting with
-    ``min(1, p~/q)`` and resampling from this residual samples exactly from ``p~`` (which is
-    within ``delta`` of p in total variation). ``p, q [V]``; ``draft`` a 0-d index.
+
+def residual_without(p: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """The residual after rejecting a point-mass candidate: ``p [V]`` with ``codes`` set to zero,
+    renormalised; uniform if nothing is left.
+
+    EAGLE-2's candidates are the drafter's top-k, so each tried token is a point mass (q = 1 at
+    it) and ``norm(max(0, p - 1_x))`` is p without x. LANTERN's code also drops the draft's first
+    ``k + 1`` nearest codes when its test pooled neighbours, which can empty the residual: its
+    fallback is the uniform distribution (EAGLE-2 never gets there: p(x) = 1 always passes).
     """
-    p_tilde = p.clone()
-    moved = neighbours[draft][pooled]
-    p_tilde[draft] = p_tilde[draft] + p[moved].sum()
-    p_tilde[moved] = 0
-    return residual_distribution(p_tilde, q)
+    out = p.clone()
+    out[codes] = 0
+    return renormalised_or_uniform(out)
+
+
+def lantern_drafter_residual(p: torch.Tensor, q: torch.Tensor, nearest: torch.Tensor, pooled: bool) -> torch.Tensor:
+    """LANTERN's residual after rejecting a draft sampled from ``q [V]``: ``norm(max(0, p - q'))``.
+
+    ``q'`` is q with the draft's first ``k + 1`` nearest codes set to zero when the test pooled
+    neighbours (their target mass was lent to the draft, so it is not taken off p again); the
+    draft keeps its own q. Uniform if nothing is left. This is LANTERN's code for drafts that
+    carry a drafter probability (its static trees); the chain variant uses it.
+    """
+    q_kept = q.clone()
+    if pooled:
+        q_kept[nearest] = 0
+    return renormalised_or_uniform((p - q_kept).clamp_min(0))
+
+
+def lantern_greedy_accepts(probs: torch.Tensor, draft: torch.Tensor, p_tilde: torch.Tensor) -> torch.Tensor:
+    """LANTERN's greedy rule, per row of ``probs [N, V]``: the draft is accepted iff it is the
+    arg-max once its own entry is raised to ``p_tilde [N]`` (its neighbours keep their mass; ties
+    go to the lower code, as ``argmax`` breaks them). Returns ``[N]`` bool."""
+    adjusted = probs.clone()
+    adjusted[torch.arange(len(draft)), draft] = p_tilde
+    return adjusted.argmax(-1) == draft

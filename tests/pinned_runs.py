@@ -37,6 +37,9 @@ RUNS = [
     ("toy", "eagle2", 3, {}),
     ("toy", "eagle2", 4, {"tree_budget": 9, "tree_depth": 3, "tree_top_k": 3, "temperature": 0.7}),
     ("twemoji-64", "eagle2", 1, {}),
+    ("toy", "lantern", 4, {"temperature": 0.0, "lantern_k": 16, "tree_budget": 9, "tree_depth": 3, "tree_top_k": 3}),
+    ("toy", "lantern_chain", 3, {"delta": 0.2, "lantern_k": 4}),
+    ("twemoji-64", "lantern_chain", 1, {}),
 ]
 PROMPT = "red apple"
 

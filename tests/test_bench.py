@@ -35,6 +35,7 @@ def test_tree_and_chain_rows_report_their_accepted_length(result):
     eagle = rows["eagle2"]
     assert eagle["accepted_length"] >= 1 and 1 <= eagle["tree_size"] <= 59  # the default budget: 59 nodes
     assert rows["sd"]["accepted_length"] >= 1 and rows["sd"]["tree_size"] is None
+    assert 1 <= rows["lantern"]["tree_size"] <= 59  # LANTERN verifies EAGLE-2's trees
     assert rows["ar"]["accepted_length"] is None and rows["mulo-v2-r2"]["tree_size"] is None
     assert "| tokens / round | tree nodes |" in bench.markdown(result)
 
@@ -46,7 +47,8 @@ def test_nfe_speedup_weights_drafter_passes_by_their_measured_step_cost(result):
     ar_passes = rows["ar"]["nfe"]["target"]
     assert rows["ar"]["nfe_speedup"] == 1.0
     assert rows["zipar"]["nfe_speedup"] == pytest.approx(ar_passes / rows["zipar"]["nfe"]["target"])
-    pairs = {"sd": "draft_model", "eagle2": "eagle_head", "mulo-v2-r2": "drafter_r2", "mulo-v2-r4": "drafter_r4"}
+    pairs = {"sd": "draft_model", "eagle2": "eagle_head", "lantern": "eagle_head", "mulo-v2-r2": "drafter_r2"}
+    pairs["mulo-v2-r4"] = "drafter_r4"
     for label, drafter in pairs.items():
         nfe = rows[label]["nfe"]
         assert rows[label]["nfe_speedup"] == pytest.approx(ar_passes / (nfe["target"] + nfe["drafter"] * cost[drafter]))

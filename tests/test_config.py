@@ -22,9 +22,13 @@ from mulo.config import ConfigError, GenerationConfig
         ("sjd", {"sjd_window": 0}, r"sjd_window must be an integer in \[1, 4096\]"),
         ("zipar", {"zipar_window": 0}, r"zipar_window must be"),
         ("lantern", {"delta": -1}, r"delta must be a number in \[0, 100\]"),
+        ("lantern", {"lantern_k": 128}, r"lantern_k must be -1 \(auto\) or an integer in \[0, 127\] \(got 128\)"),
+        ("lantern_chain", {"lantern_k": -2}, r"lantern_k must be -1 \(auto\) or an integer in \[0, 127\]"),
+        ("lantern", {"lantern_k": 2.5}, r"lantern_k must be -1 \(auto\) or an integer in \[0, 127\] \(got 2.5\)"),
+        ("lantern", {"lantern_k": True}, r"lantern_k must be -1 \(auto\) or an integer"),
         ("ar", {"temperature": float("nan")}, r"temperature must be a number"),
         ("ar", {"bogus": 1}, r"unknown knob\(s\): bogus"),
-        ("beam", {}, r"method must be one of ar, zipar, sjd, sd, lantern, mulo, eagle2 \(got 'beam'\)"),
+        ("beam", {}, r"method must be one of ar, zipar, sjd, sd, lantern, mulo, eagle2, lantern_chain \(got 'beam'\)"),
     ],
 )
 def test_invalid_knobs(engine, method, knobs, message):
@@ -66,6 +70,15 @@ def test_rows_per_block_auto():
     assert GenerationConfig(drafting="sequential").resolved_rows_per_block(16) == 1
     assert GenerationConfig(drafting="zipar").resolved_rows_per_block(16) == 16
     assert GenerationConfig(rows_per_block=40).resolved_rows_per_block(16) == 16
+
+
+def test_lantern_k_auto_is_lanterns_share_of_the_codebook():
+    """-1 pools what LANTERN pools on LlamaGen, k = 1000 of 16384 codes, on any codebook."""
+    auto = GenerationConfig()
+    assert auto.lantern_k == -1
+    assert [auto.resolved_lantern_k(v) for v in (16384, 128, 32, 8, 2)] == [1000, 8, 2, 1, 1]
+    assert GenerationConfig(lantern_k=0).resolved_lantern_k(32) == 0  # no pooling: EAGLE-2's walk
+    assert GenerationConfig(lantern_k=5).resolved_lantern_k(32) == 5
 
 
 def test_the_guidance_scale_is_guidance_in_code_and_cfg_outside():

@@ -112,7 +112,8 @@ def test_tree_pass_equals_each_path_run_alone():
     runner = ModelRunner(target, cond, 2.0, 1.0, 0, 1.0, scratch=len(tree))
     runner.prefill()
     runner.span_probs(seq, 1, 4)  # positions 0..2 fed
-    probs, hidden = runner.feed_tree(seq, 3, _positions(tree), tree.tokens, tree.visible())
+    logits, hidden = runner.feed_tree(seq, 3, _positions(tree), tree.tokens, tree.visible())
+    probs = runner.probs(logits).cpu()
     assert hidden.shape == (2, 1 + len(tree), target.config.dim)
     fresh = ModelRunner(target, cond, 2.0, 1.0, 0, 1.0)
     fresh.prefill()

@@ -279,9 +279,14 @@ def test_family_copy_is_independent():
 
 def test_lantern_has_its_own_neighbourhood(engine):
     """LANTERN pools ``lantern_k`` neighbours, not MuLo-SD's ``k`` (a family may switch MuLo-SD's
-    pooling off without turning LANTERN into plain SD); with no neighbours it is exactly SD."""
-    lantern = {k: tokens(engine, "lantern", k=k).tokens for k in (0, 32)}
+    pooling off without turning LANTERN into its unrelaxed method); with no neighbours the tree
+    version is exactly EAGLE-2 and the chain version exactly SD."""
+    tree = dict(tree_budget=10, tree_depth=3, tree_top_k=3)
+    lantern = {k: tokens(engine, "lantern", k=k, **tree).tokens for k in (0, 32)}
     assert torch.equal(lantern[0], lantern[32])
+    eagle2 = tokens(engine, "eagle2", **tree).tokens
+    assert torch.equal(tokens(engine, "lantern", lantern_k=0, **tree).tokens, eagle2)
+    assert not torch.equal(tokens(engine, "lantern", lantern_k=32, delta=2.0, **tree).tokens, eagle2)
     sd = tokens(engine, "sd").tokens
-    assert torch.equal(tokens(engine, "lantern", lantern_k=0).tokens, sd)
-    assert not torch.equal(tokens(engine, "lantern", lantern_k=32, delta=2.0).tokens, sd)
+    assert torch.equal(tokens(engine, "lantern_chain", lantern_k=0).tokens, sd)
+    assert not torch.equal(tokens(engine, "lantern_chain", lantern_k=32, delta=2.0).tokens, sd)

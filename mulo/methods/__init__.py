@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mulo.config import ConfigError, knob_keys
-from mulo.methods import ar, eagle2, sjd, speculative, zipar
+from mulo.methods import ar, eagle2, lantern, sjd, speculative, zipar
 from mulo.methods import mulo as mulo_sd
 
 # Knobs every method reads: the target (and any drafter) samples this way.
@@ -114,6 +114,7 @@ MULO_KNOBS = (
     "r", "tau", "k", "radius", "rows_per_block", "drafting", "resampling", "upsampler",
     "draft_window", "island_window", "refresh",
 )  # fmt: skip
+TREE_KNOBS = ("tree_budget", "tree_depth", "tree_top_k")  # EAGLE-2's draft tree, which LANTERN verifies too
 
 register(Method("ar", "AR", ar.generate, "plain autoregressive decoding, one target pass per token", baseline=False))
 register(Method("zipar", "ZipAR", zipar.generate, "ZipAR: rows advance in parallel", knobs=("zipar_window",)))
@@ -130,8 +131,9 @@ register(
 )  # fmt: skip
 register(
     Method(
-        "lantern", "LANTERN", speculative.generate_lantern, "speculative decoding with LANTERN's relaxed acceptance",
-        knobs=("draft_len", "delta", "lantern_k"), needs=("draft_model",), chain=True,
+        "lantern", "LANTERN", lantern.generate,
+        "LANTERN: EAGLE-2's draft trees with relaxed acceptance (codebook neighbours pooled within delta)",
+        knobs=(*TREE_KNOBS, "delta", "lantern_k"), needs=("eagle_head",), chain=True,
     )
 )  # fmt: skip
 register(
@@ -143,6 +145,13 @@ register(
 register(
     Method(
         "eagle2", "EAGLE-2", eagle2.generate, "EAGLE-2: feature-level draft head, dynamic draft tree (lossless)",
-        knobs=("tree_budget", "tree_depth", "tree_top_k"), needs=("eagle_head",), chain=True,
+        knobs=TREE_KNOBS, needs=("eagle_head",), chain=True,
+    )
+)  # fmt: skip
+register(
+    Method(
+        "lantern_chain", "LANTERN-chain", speculative.generate_lantern_chain,
+        "LANTERN's relaxed acceptance on a same-grid draft model's chains (the variant before the tree one)",
+        knobs=("draft_len", "delta", "lantern_k"), needs=("draft_model",), chain=True, baseline=False,
     )
 )  # fmt: skip

@@ -165,12 +165,28 @@ def _record(rnd, tree: DraftTree, verdict, p_accept) -> None:
     }
 
 
-def generate(ctx: DecodeContext):
+def exact_verifier(ctx: DecodeContext, target):
+    """EAGLE-2's verification: the lossless walk over the request's sampling distributions.
+
+    A verifier is made once per request; it takes the tree, the tree pass's guided logits and
+    each fed node's row in them, and returns the ``TreeVerdict``."""
+
+    def verify(tree: DraftTree, logits: torch.Tensor, row: dict[int, int], n_total: int):
+        probs = target.probs(logits).cpu()
+        return verify_tree(tree, probs[0], {j: probs[i] for j, i in row.items()}, n_total, ctx.generator)
+
+    return verify
+
+
+def generate(ctx: DecodeContext, verifier=exact_verifier):
+    """EAGLE-2's rounds; ``verifier(ctx, target)`` makes the test of the trees (LANTERN's relaxed
+    one is ``mulo.methods.lantern``)."""
     fam, knobs = ctx.family, ctx.config  # the registry checked that fam has a head
     height, width = ctx.grid
     n_total = height * width
     n_nodes = knobs.tree_budget - 1  # the budget counts the root, as EAGLE-2's does
     target = ctx.runner(fam.target, "target", scratch=n_nodes)
+    verify = verifier(ctx, target)
     head = HeadRunner(fam.eagle_head, target, scratch=knobs.tree_top_k * max(knobs.tree_depth - 1, 1))
     ctx.runners["drafter"].append(head)
     x = torch.full((n_total,), -1, dtype=torch.long)
@@ -188,11 +204,11 @@ def generate(ctx: DecodeContext):
             tree = grow_tree(head, x, n, depth, knobs.tree_top_k, n_nodes)
         with ctx.phase("verify"):
             fed = [j for j in range(len(tree)) if tree.position(j) <= n_total - 2]  # the last is never fed
-            probs, hidden = target.feed_tree(
+            logits, hidden = target.feed_tree(
                 x, n, [tree.position(j) for j in fed], [tree.tokens[j] for j in fed], tree.visible(fed)
             )
             row = {j: 1 + i for i, j in enumerate(fed)}
-            verdict = verify_tree(tree, probs[0], {j: probs[row[j]] for j in fed}, n_total, ctx.generator)
+            verdict = verify(tree, logits, row, n_total)
             path = verdict.path
             for j in path:
                 x[tree.position(j)] = tree.tokens[j]

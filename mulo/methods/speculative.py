@@ -1,5 +1,6 @@
 """Standard speculative decoding with a same-grid draft model (``sd``, lossless) and LANTERN's
-relaxed acceptance on top of it (``lantern``, Jang et al. 2024).
+relaxed acceptance on its chains (``lantern_chain``, the variant this project ran before LANTERN
+moved onto EAGLE-2's trees as its paper has it: ``mulo.methods.lantern``).
 
 Each round the small draft model proposes ``draft_len`` tokens one by one (sampling from its
 own distribution q), the target scores all of them in one causal pass, and drafts are accepted
@@ -7,8 +8,11 @@ left to right with probability ``min(1, p/q)``; the first rejection is resampled
 ``norm(max(0, p - q))`` and, when every draft is accepted, a bonus token is sampled from the
 target's next distribution. The output distribution is exactly the target's.
 
-LANTERN replaces p(x) in the test by ``p~(x) = p(x) + mass of the nearest codebook neighbours``,
-taking the largest nearest-first set whose mass stays within the TV budget ``delta``.
+The chain variant tests ``min(1, p~(x)/q(x))`` with LANTERN's relaxed ``p~(x) = p(x) + c_m``
+(``mulo.methods.lantern``, steps 1-3) and resamples a rejection from LANTERN's residual for drafts
+with a drafter probability, ``norm(max(0, p - q'))`` with q' = q less the draft's first k + 1
+nearest codes when it pooled (``lantern_drafter_residual``). At temperature 0 p is one-hot, so
+nothing is pooled: greedy ``lantern_chain`` is greedy SD (the tree version has LANTERN's greedy rule).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import torch
 
 from mulo.methods.chain import chain_probs, first_rejection, mark_chain, mark_replaced
 from mulo.methods.common import DecodeContext
-from mulo.sampling import lantern_relaxed, lantern_residual, residual_distribution, speculative_accept
+from mulo.methods.lantern import Pooling
+from mulo.sampling import lantern_drafter_residual, residual_distribution, speculative_accept
 
 
 def _draft(ctx: DecodeContext, drafter, seq: torch.Tensor, n: int, count: int):
@@ -36,7 +41,7 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
     n_total = height * width
     target = ctx.runner(fam.target, "target")
     drafter = ctx.runner(fam.draft_model, "drafter")
-    neighbours = fam.neighbours(knobs.lantern_k).cpu() if relaxed else None
+    pooling = Pooling.of_request(fam, knobs) if relaxed else None
     with ctx.phase("verify"):
         target.prefill()
     with ctx.phase("drafter"):
@@ -54,7 +59,7 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
             drafts = seq[n : n + count]
             idx = torch.arange(count)
             if relaxed:
-                p_test, pooled = lantern_relaxed(p[:count], drafts, neighbours, knobs.delta)
+                p_test, pooled = pooling.relaxed(p[:count], drafts)
             else:
                 p_test = p[idx, drafts]
             q_test = q[idx, drafts]
@@ -64,7 +69,8 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
             i = n + n_ok
             if n_ok < count:
                 if relaxed:
-                    residual = lantern_residual(p[n_ok], q[n_ok], drafts[n_ok], neighbours, pooled[n_ok])
+                    nearest = pooling.nearest[drafts[n_ok]]
+                    residual = lantern_drafter_residual(p[n_ok], q[n_ok], nearest, bool(pooled[n_ok]))
                 else:
                     residual = residual_distribution(p[n_ok], q[n_ok])
                 x[i] = ctx.sample(residual)
@@ -80,5 +86,5 @@ def generate(ctx: DecodeContext, relaxed: bool = False):
     return x.reshape(height, width)
 
 
-def generate_lantern(ctx: DecodeContext):
+def generate_lantern_chain(ctx: DecodeContext):
     return (yield from generate(ctx, relaxed=True))
