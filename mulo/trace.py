@@ -36,7 +36,8 @@ class Round:
     islands   8-connected components of ``reopened``: 0 = none, 1..n
     t0        raster index of the first rejection of the round, or None
     score     per-position number the test compared: MuLo-SD the pooled target probability
-              (vs tau), SD/SJD/LANTERN the acceptance probability min(1, p/q); -1 elsewhere
+              (vs tau), SD/SJD the acceptance probability min(1, p/q), LANTERN min(1, p~/q)
+              with the pooled p~ (on a tree q = 1; greedy: 1 or 0); -1 elsewhere
     resampled wave (1-based) in which the position was resampled in this round, 0 = not
     tokens    the canvas after the round: final tokens, -1 where not final yet
     low_draft MuLo-SD's low-resolution draft on the drafter grid (-1 elsewhere), else None
@@ -130,7 +131,7 @@ class Trace:
         """Headline numbers. Definitions:
 
         acceptance_rate        accepted draft tokens / proposed draft tokens (None: no drafts)
-        mean_accepted_length   SD/LANTERN/SJD: tokens committed per verification round
+        mean_accepted_length   SD/SJD/EAGLE-2/LANTERN: tokens committed per verification round
         tokens_per_target_nfe  image tokens / target forward passes (plain AR: 1)
         reopened_fraction      positions re-opened for resampling / all positions
         mean_tree_size         EAGLE-2: draft-tree nodes verified per round (None: no trees)

@@ -126,20 +126,21 @@ def test_rounds_scrub_and_latency(finished):
         handlers.show_round(None, "MuLo-SD", 0, 0.5, [])
 
 
-def test_eagle2_in_the_third_column_shows_each_rounds_draft_tree():
-    _, final = run(third="eagle2", tree_budget=12, tree_depth=3, tree_top_k=3)
+@pytest.mark.parametrize("method", ["eagle2", "lantern"])
+def test_a_tree_method_in_the_third_column_shows_each_rounds_draft_tree(method):
+    _, final = run(third=method, tree_budget=12, tree_depth=3, tree_top_k=3)
     state = final[-1]
-    assert state["order"] == ["AR", "MuLo-SD", "eagle2"]
-    trace = state["views"]["eagle2"].trace
+    assert state["order"] == ["AR", "MuLo-SD", method]
+    trace = state["views"][method].trace
     assert trace.config["tree_budget"] == 12 and all(len(r.tree["token"]) <= 11 for r in trace.rounds)
     assert "tree nodes per round" in final[5] and "tokens per round" in final[5]
-    shown = handlers.show_round(state, "eagle2", 1, 0.55, ["accepted"])
+    shown = handlers.show_round(state, method, 1, 0.55, ["accepted"])
     assert shown[8].visible is True and "draft tree" in shown[6]
     assert shown[8].value is not None
-    exported = handlers.export_figure(state, "eagle2", 1)
-    assert Path(exported).name.startswith("tree-round2-eagle2") and Image.open(exported).size[0] > 600
+    exported = handlers.export_figure(state, method, 1)
+    assert Path(exported).name.startswith(f"tree-round2-{method}") and Image.open(exported).size[0] > 600
     with pytest.raises(gr.Error, match="tree_depth must be an integer in \\[1, 12\\]"):
-        run(third="eagle2", tree_depth=40)
+        run(third=method, tree_depth=40)
 
 
 def test_token_history_names_its_rounds(finished):

@@ -2,10 +2,10 @@
 
 target       AR model on the high-resolution grid
 drafters     {r: AR model on the grid r times coarser} (MuLo-SD)
-draft_model  small AR model on the target's own grid (SD / LANTERN), or None
+draft_model  small AR model on the target's own grid (SD / LANTERN-chain), or None
 vq           the VQ tokenizer shared by every resolution
 upsamplers   {r: learned token up-sampler}; the pixel up/down-sampler is built from vq
-eagle_head   EAGLE's feature-level draft head trained on the target (EAGLE-2), or None;
+eagle_head   EAGLE's feature-level draft head trained on the target (EAGLE-2, LANTERN), or None;
              ``no_eagle_head`` then says why (the error a request for eagle2 gets)
 conditioner  prompt -> condition tensor for every AR model of the family:
              ``check(prompt)`` validates cheaply (raises ValueError), ``(prompt, seed)`` computes

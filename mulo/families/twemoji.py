@@ -1,7 +1,7 @@
 """The twemoji families, trained by ``python -m mulo train NAME`` and shipped in assets/NAME.
 
 Each has a target AR model, equal-size drafters on the half (r=2) and quarter (r=4) grid, a small
-same-grid draft model for SD/LANTERN, learned up-samplers for r=2 and r=4, an EAGLE-2 draft head,
+same-grid draft model for SD (and LANTERN-chain), learned up-samplers for r=2 and r=4, an EAGLE draft head,
 a diffusers VQModel shared by every resolution and the mini-CLIP text encoder as conditioner.
 ``twemoji``: 32x32 target tokens (128 px); ``twemoji-64``: 16x16 (64 px), the first family.
 Weights are fp16 safetensors, loaded as float32; nothing is downloaded.

@@ -1,4 +1,4 @@
-"""Pieces shared by the token-level verifiers (SD, LANTERN, SJD): a chain of draft tokens after
+"""Pieces shared by the token-level verifiers (SD, LANTERN-chain, SJD): a chain of draft tokens after
 the committed prefix, verified left to right until the first rejection."""
 
 from __future__ import annotations

@@ -515,10 +515,10 @@ carry the same attribution. A fixed-seed 5 % validation split is held out.
   Batches draw every emoji equally often, its skin-tone variants sharing its weight; bf16 autocast
   on a GPU, and on a CPU where it measures faster than fp32 (`loop.cpu_bf16_pays`).{_parallel_decoding(budget)}
 - **Same-grid draft model** (`draft_model`, {grid[1]}, width {small["dim"]}, {small["n_layer"]} layers) for
-  the token-level baselines `sd` and `lantern`.
+  the token-level baselines `sd` and `lantern_chain`.
 - **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle
   (width 128, 3 blocks), token cross-entropy on images encoded at both resolutions.
-- **EAGLE-2 draft head** (`eagle_head`, baseline `eagle2`): one decoder layer of the target's width fed
+- **EAGLE-2 draft head** (`eagle_head`, baselines `eagle2` and `lantern`): one decoder layer of the target's width fed
   with the target's last hidden state and the next input's embedding (through a linear fusion), reusing
   the target's embeddings and output head; trained on the frozen target's features of the training
   sequences (same text mix and condition dropout) to predict the next feature (smooth L1, features

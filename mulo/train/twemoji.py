@@ -369,7 +369,7 @@ class Pipeline:
         )
 
         # The target and the drafters (MuLo-SD v2 drafts ZipAR-style); not the draft model, which
-        # SD and LANTERN run token by token.
+        # SD and LANTERN-chain run token by token.
         zipar_share = self.budget.zipar_share if stage != "draft_model" else 0.0
         proxy_weight = self.budget.proxy_weight if stage == "target" else 1.0
         windows = self.budget.zipar_windows if zipar_share else ()
