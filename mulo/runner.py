@@ -57,6 +57,7 @@ class ModelRunner:
         self._stale_from = self.n_image
         self._final_context = torch.zeros(self.n_image, dtype=torch.bool)
         self.nfe = 0
+        self.widths: list[int] = []  # tokens fed by each forward pass (the bench prices passes by width)
         self.first_logits: torch.Tensor | None = None
 
     # -- forward passes ----------------------------------------------------------------------
@@ -72,6 +73,7 @@ class ModelRunner:
         mask = torch.ones(self.n_cond, self.n_cond, dtype=torch.bool, device=self.device).tril()
         hidden = self.model.forward_hidden(self.cond_embeddings, slots, mask, self.cache)
         self.nfe += 1
+        self.widths.append(self.n_cond)
         self.cond_hidden = hidden  # per CFG branch [B, T, dim]: what an EAGLE head reads
         self.first_logits = self._guided(self.model.output(hidden[:, -1:]).float())[0]
         return self.first_logits
@@ -100,6 +102,7 @@ class ModelRunner:
         cache_slots = pe_slots if slots is None else slots.to(self.device)
         hidden = self.model.forward_hidden(embeddings, cache_slots, mask.to(self.device), self.cache, pe_slots)
         self.nfe += 1
+        self.widths.append(len(positions))
         if slots is None:
             self._fed[positions] = tokens
         return self._guided(self.model.output(hidden).float()), hidden
