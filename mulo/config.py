@@ -52,7 +52,7 @@ class GenerationConfig:
     upsampler: str = knob("pixel", "pixel: VQ decode/resize/encode; learned: the family's token up-sampler")
     draft_window: int = knob(4, "ZipAR window of the drafter when drafting=zipar")
     island_window: int = knob(0, "ZipAR window inside islands; 0 = raster order inside each island")
-    refresh: bool = knob(True, "re-encode stale target KV (slots >= t0) in the next verification pass")
+    refresh: bool = knob(True, "re-encode target K/V that saw rejected drafts before it is read (off: the ablation)")
     # -- baselines --------------------------------------------------------------------------------
     zipar_window: int = knob(4, "ZipAR: row i+1 starts once row i has this many tokens")
     sjd_window: int = knob(16, "SJD: Jacobi window length L")

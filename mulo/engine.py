@@ -30,6 +30,7 @@ class Result:
     tokens: torch.Tensor  # [H, W]
     image: np.ndarray  # [h, w, 3] uint8
     trace: Trace
+    pass_widths: dict[str, list[int]]  # per role, the tokens fed by each forward pass (bench costs)
 
 
 def versions() -> dict[str, str]:
@@ -108,7 +109,7 @@ class Engine:
                 warnings=warnings,
                 condition_text=alias,
             )
-            return Result(tokens, image, trace)
+            return Result(tokens, image, trace, ctx.pass_widths())
 
     def generate(self, prompt: str, method: str = "mulo", seed: int = 0, config=None) -> Result:
         return drain(self.stream(prompt, method, seed, config))

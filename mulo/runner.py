@@ -11,7 +11,9 @@ where K/V went stale (``_stale_from``: slots whose tokens are right but whose K/
 in a context that has since changed, set by ``mark_stale``). ``refresh`` (fixed per runner)
 decides how far a change reaches: True re-feeds every known slot after the first out-of-date
 one, so contexts stay exact; False re-feeds only slots that hold another token (MuLo-SD's
-stale-KV ablation).
+stale-KV ablation). Passes over final tokens only (MuLo-SD's islands) keep a second mark,
+``_final_context``: stale slots already re-encoded seeing only final tokens, so each is re-fed
+once there; causal passes still re-feed them all, since those K/V saw holes, not the prefix.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ class ModelRunner:
         self.cache = KVCache(model.config, batch.shape[0], param.device, param.dtype, self.n_main + scratch)
         self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
         self._stale_from = self.n_image
+        self._final_context = torch.zeros(self.n_image, dtype=torch.bool)
         self.nfe = 0
+        self.widths: list[int] = []  # tokens fed by each forward pass (the bench prices passes by width)
         self.first_logits: torch.Tensor | None = None
 
     # -- forward passes ----------------------------------------------------------------------
@@ -69,6 +73,7 @@ class ModelRunner:
         mask = torch.ones(self.n_cond, self.n_cond, dtype=torch.bool, device=self.device).tril()
         hidden = self.model.forward_hidden(self.cond_embeddings, slots, mask, self.cache)
         self.nfe += 1
+        self.widths.append(self.n_cond)
         self.cond_hidden = hidden  # per CFG branch [B, T, dim]: what an EAGLE head reads
         self.first_logits = self._guided(self.model.output(hidden[:, -1:]).float())[0]
         return self.first_logits
@@ -97,6 +102,7 @@ class ModelRunner:
         cache_slots = pe_slots if slots is None else slots.to(self.device)
         hidden = self.model.forward_hidden(embeddings, cache_slots, mask.to(self.device), self.cache, pe_slots)
         self.nfe += 1
+        self.widths.append(len(positions))
         if slots is None:
             self._fed[positions] = tokens
         return self._guided(self.model.output(hidden).float()), hidden
@@ -127,6 +133,7 @@ class ModelRunner:
         """Slots from ``position`` on hold the right tokens but K/V computed in a context that has
         changed since (a rejected draft, a re-committed prefix): re-feed them when next reached."""
         self._stale_from = min(self._stale_from, position)
+        self._final_context[position:] = False
 
     def feed_refreshing(self, positions: torch.Tensor, tokens: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
         """Feed ``tokens`` at ``positions`` causally (ZipAR: one input per active row, some of them
@@ -147,14 +154,21 @@ class ModelRunner:
         ``final`` positions before it (MuLo-SD's island resampling), plus the ``proxied`` ones:
         row ends that hold ZipAR's proxy, seen as ZipAR's own queries see them (the target was
         trained so). A final token whose slot still holds something else (an island row's last
-        token, never fed as an input; a proxy's true token) is written in the same pass. Returns
-        the guided logits of ``inputs``."""
+        token, never fed as an input; a proxy's true token) is written in the same pass, and so,
+        with ``refresh``, is a final slot marked stale (an accepted draft whose K/V the
+        verification computed while rejected drafts were visible): it is re-encoded seeing only
+        final tokens, once. Every slot a query sees then carries K/V computed over final tokens
+        (and ZipAR's proxies) only. Returns the guided logits of ``inputs``."""
         limit = int(inputs.max())
-        unwritten = (self._fed[:limit] != seq[:limit]) & final[:limit]
-        unwritten[inputs[inputs < limit]] = False
-        rewrite = unwritten.nonzero()[:, 0]
+        outdated = self._fed[:limit] != seq[:limit]
+        if self.refresh:
+            outdated |= (torch.arange(limit) >= self._stale_from) & ~self._final_context[:limit]
+        rewrite_mask = outdated & final[:limit]
+        rewrite_mask[inputs[inputs < limit]] = False
+        rewrite = rewrite_mask.nonzero()[:, 0]
         positions = torch.cat([rewrite, inputs])
         logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, final | proxied))
+        self._final_context[positions] = True
         return logits[len(rewrite) :]
 
     def feed_tree(self, seq: torch.Tensor, root: int, positions, tokens, visible: torch.Tensor):

@@ -227,9 +227,10 @@ def round_layout(
     names = ["accepted", "rejected", "re-opened (resampled)", "t0 (first rejection)"]
     fig.legend(handles, names, loc="lower center", ncols=4, fontsize=9, frameon=False)
     s = trace.config
+    stale = "" if s.get("refresh", True) else " stale K/V"
     fig.suptitle(
         f'"{trace.prompt}"  seed {trace.seed}  {trace.method} r={s.get("r")} tau={s.get("tau")} k={s.get("k")} '
-        f"l={s.get('radius')} | round {index + 1}/{len(trace.rounds)} ({rnd.label}): "
+        f"l={s.get('radius')}{stale} | round {index + 1}/{len(trace.rounds)} ({rnd.label}): "
         f"{int(rnd.accepted.sum())}/{rnd.proposed} accepted, {int(rnd.reopened.sum())} re-opened",
         fontsize=10,
     )

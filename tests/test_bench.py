@@ -8,8 +8,17 @@ import pytest
 import torch
 
 from mulo.engine import Engine
-from mulo.eval import bench, sweeps
+from mulo.eval import bench, costs, sweeps
 from tests.helpers import run_cli
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quick_timings():
+    """Timings settle in few, short rounds here: these tests check the mechanics, not the numbers."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(costs, "MIN_ROUND_S", 0.002)
+        patch.setattr(costs, "MAX_ROUNDS", 8)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +62,52 @@ def test_nfe_speedup_weights_drafter_passes_by_their_measured_step_cost(result):
         nfe = rows[label]["nfe"]
         assert rows[label]["nfe_speedup"] == pytest.approx(ar_passes / (nfe["target"] + nfe["drafter"] * cost[drafter]))
     assert "| NFE speed-up |" in bench.markdown(result) and "drafter_r4" in bench.markdown(result)
+
+
+def test_cost_speedup_prices_every_pass_by_its_model_and_width(result):
+    table, rows = result["pass_costs"], result["methods"]
+    assert table["widths"]["target"] == [1, 2, 4, 8, 16, 32, 63]  # the toy's 8x8 grid feeds at most 63
+    assert table["widths"]["drafter_r4"] == [1, 2, 3]  # a 2x2 grid
+    assert set(table["widths"]) == {"target", "drafter_r2", "drafter_r4", "draft_model", "eagle_head"}
+    assert all(t > 0 for seconds in table["seconds"].values() for t in seconds)
+    assert rows["ar"]["cost_speedup"] == 1.0
+    assert set(result["step_cost_spread"]) == set(table["widths"])
+    assert "| cost speed-up |" in bench.markdown(result)
+    assert "## Pass costs" in "\n".join(bench.cost_lines(table))
+
+
+def test_a_request_costs_the_sum_of_its_passes_interpolated_between_buckets():
+    priced = costs.PassCosts(
+        widths={"target": [1, 2, 4], "drafter_r2": [1, 3]},
+        seconds={"target": [1.0, 1.5, 3.5], "drafter_r2": [0.5, 1.5]},
+        spread={"target": [0.0] * 3, "drafter_r2": [0.0] * 2},
+    )
+    assert priced.step("drafter_r2") == 0.5
+    assert priced.relative("target", [3]).tolist() == [2.5]  # halfway between w=2 (1.5) and w=4 (3.5)
+    assert priced.relative("target", [9]).tolist() == [3.5]  # beyond the widest bucket: its cost
+    widths = {"target": [1, 1, 4], "drafter": [2, 2]}
+    assert priced.request(widths, "drafter_r2") == 1 + 1 + 3.5 + 1.0 + 1.0
+    assert priced.request(widths, None) == 5.5  # no drafter named: its passes are not priced
+
+
+def test_stable_seconds_repeats_until_the_rounds_agree(monkeypatch):
+    monkeypatch.setattr(costs, "MIN_ROUND_S", 0.0)
+    ticks = iter([0.0] + [float(i) * 0.1 for i in range(1, 200)])  # every call takes exactly 0.1 s
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: next(ticks))
+    seconds, spread = costs.stable_seconds(lambda: None)
+    assert seconds == pytest.approx(0.1) and spread == pytest.approx(0.0)
+    # rounds of one call each, taking 1 s and 2 s in turn: they never agree within 5 %
+    steps = iter([0.0, 1.0, 0.0, 2.0] * 50)  # clock advance at each round's start and end
+    clock = [0.0]
+
+    def perf_counter():
+        clock[0] += next(steps)
+        return clock[0]
+
+    monkeypatch.setattr(costs, "MAX_ROUNDS", 12)
+    monkeypatch.setattr(costs.time, "perf_counter", perf_counter)
+    _, spread = costs.stable_seconds(lambda: None)
+    assert spread > costs.TOLERANCE  # reported, not hidden: it never settled
 
 
 def test_ideal_bound_is_drafting_plus_one_pass(result):

@@ -11,9 +11,13 @@ plus one verification pass of the target over the whole grid (CFG batch). The ta
 speed-up that bound allows and the fraction of it the method reaches.
 
 NFE speed-up: AR's sequential passes / the method's, a drafter pass weighted by the measured cost
-of one drafter step relative to one target step (``step_costs``: one cached token each, CFG
-batch). It is what the speed-up would be if every pass cost what a single-token step costs, so it
-separates how many passes a method needs from how much a pass over many tokens costs here.
+of one drafter step relative to one target step (one cached token each, CFG batch). It is what
+the speed-up would be if every pass cost what a single-token step costs, so it separates how many
+passes a method needs from how much a pass over many tokens costs here.
+
+Cost speed-up: every pass priced by its model and width (``costs.PassCosts``: passes timed per
+width bucket until stable), AR's total / the method's, median over requests. Between the two:
+what the passes cost on this machine, without the Python and sampling overhead around them.
 """
 
 from __future__ import annotations
@@ -30,9 +34,8 @@ import numpy as np
 import torch
 
 from mulo import methods
+from mulo.eval import costs as pass_costs
 from mulo.eval.quality import Quality
-from mulo.methods.eagle2 import HeadRunner
-from mulo.runner import ModelRunner
 
 if TYPE_CHECKING:  # the engine pulls in diffusers: the CLI's --help lists SPECS without it
     from mulo.engine import Engine
@@ -69,51 +72,13 @@ def drafter_of(engine: Engine, label: str) -> str | None:
     return None
 
 
-@torch.no_grad()
-def step_costs(engine: Engine, prompt: str, steps: int = 16, repeats: int = 3) -> dict[str, float]:
-    """Median seconds of one cached single-token step of each drafting model / the target's
-    (the first ``steps`` positions of a sequence, CFG batch, best of ``repeats``)."""
+def step_costs(engine: Engine, prompt: str) -> dict[str, float]:
+    """One single-token step of each of the family's drafting models / one of the target's."""
     fam = engine.family
-    cond = fam.condition(prompt, 0)
-    config = engine.make_config(None)
-    models = {"target": fam.target, **{f"drafter_r{r}": m for r, m in fam.drafters.items()}}
-    if fam.draft_model is not None:
-        models["draft_model"] = fam.draft_model
-
-    def best_of(step, count: int) -> float:
-        best = float("inf")
-        for _ in range(repeats + 1):  # the first run warms the allocator up
-            run = step()
-            start = time.perf_counter()
-            for u in range(1, count + 1):
-                run(u)
-            if fam.device.type == "cuda":
-                torch.cuda.synchronize()
-            best = min(best, (time.perf_counter() - start) / count)
-        return best
-
-    def model_steps(model):
-        runner = ModelRunner(model, cond, config.guidance, 1.0, 0, 1.0)
-        runner.prefill()
-        seq = torch.zeros(model.config.max_seq_len, dtype=torch.long)
-        return lambda u: runner.next_logits(seq, u)
-
-    def head_steps():  # one new slot per catch-up: the head's single-token step with its output head
-        runner = ModelRunner(fam.target, cond, config.guidance, 1.0, 0, 1.0)
-        runner.prefill()
-        head = HeadRunner(fam.eagle_head, runner, scratch=1)
-        head.set_features(range(runner.n_cond), runner.cond_hidden)
-        seq = torch.zeros(fam.target.config.max_seq_len, dtype=torch.long)
-        head.catch_up(seq, 0)
-        return lambda u: head.catch_up(seq, u)
-
-    def seconds_per_step(model) -> float:
-        return best_of(lambda: model_steps(model), min(steps, model.config.max_seq_len - 1))
-
-    times = {name: seconds_per_step(model) for name, model in models.items()}
-    if getattr(fam, "eagle_head", None) is not None:
-        times["eagle_head"] = best_of(head_steps, min(steps, fam.target.config.max_seq_len - 2))
-    return {name: t / times["target"] for name, t in times.items() if name != "target"}
+    models = [f"drafter_r{r}" for r in fam.drafters] + (["draft_model"] if fam.draft_model is not None else [])
+    models += ["eagle_head"] if getattr(fam, "eagle_head", None) is not None else []
+    costs = pass_costs.measure(engine, prompt, models, steps_only=True)
+    return {name: costs.step(name) for name in models}
 
 
 def nfe_speedup(row: dict, ar_row: dict, cost: float) -> float:
@@ -133,6 +98,7 @@ class Request:
     image: np.ndarray = field(repr=False)
     accepted_length: float | None = None  # chain and tree methods: tokens committed per round
     tree_size: float | None = None  # EAGLE-2: draft-tree nodes per round
+    pass_widths: dict[str, list[int]] = field(default_factory=dict, repr=False)  # per role, tokens per pass
 
 
 def runnable(engine: Engine, label: str, overrides: dict | None = None) -> str | None:
@@ -160,25 +126,21 @@ def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict 
         accepted_length=s["mean_accepted_length"],
         tree_size=s["mean_tree_size"],
         image=result.image,
+        pass_widths=result.pass_widths,
     )
 
 
 @torch.no_grad()
-def verification_pass_seconds(engine: Engine, prompt: str, repeats: int = 5) -> float:
-    """Median time of one target pass over the whole grid with the CFG batch (every token accepted)."""
+def verification_pass_seconds(engine: Engine, prompt: str) -> float:
+    """Time of one target pass over the whole grid with the CFG batch (every token accepted),
+    repeated until stable (``costs.stable_seconds``)."""
     fam = engine.family
     cond = fam.condition(prompt, 0)[None]
     h, w = fam.grid
     tokens = torch.zeros(2, h * w - 1, dtype=torch.long, device=fam.device)
     both = torch.cat([cond, fam.target.null_condition(cond)])
-    times = []
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
-        fam.target(tokens, both)
-        if fam.device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    sync = torch.cuda.synchronize if fam.device.type == "cuda" else None
+    return pass_costs.stable_seconds(lambda: fam.target(tokens, both), sync)[0]
 
 
 def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str], quality: Quality | None, warmup=1):
@@ -192,14 +154,24 @@ def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str],
         for label in labels[shift:] + labels[:shift]:
             records[label].append(measure(engine, label, prompt, seed=i))
     one_pass = verification_pass_seconds(engine, prompts[0][1])
-    costs = step_costs(engine, prompts[0][1])
+    drafters = {label: drafter_of(engine, label) for label in labels}
+    costs = pass_costs.measure(engine, prompts[0][1], sorted({d for d in drafters.values() if d}))
     ar = records.get("ar")
     keys = [key for key, _ in prompts]
     rows = {label: summarise(recs, ar, one_pass, quality, keys, ideal=label != "ar") for label, recs in records.items()}
     for label, row in rows.items():
-        drafter = drafter_of(engine, label)
-        row["nfe_speedup"] = nfe_speedup(row, rows["ar"], costs[drafter] if drafter else 0.0) if ar else None
+        drafter = drafters[label]
+        row["nfe_speedup"] = nfe_speedup(row, rows["ar"], costs.step(drafter) if drafter else 0.0) if ar else None
+        row["cost_speedup"] = cost_speedup(records[label], ar, costs, drafter) if ar else None
     return rows, one_pass, costs
+
+
+def cost_speedup(recs: list[Request], ar: list[Request], costs: pass_costs.PassCosts, drafter: str | None) -> float:
+    """Median over requests of AR's passes / the method's, each pass priced by model and width."""
+    return statistics.median(
+        costs.request(a.pass_widths, None) / costs.request(r.pass_widths, drafter)
+        for a, r in zip(ar, recs, strict=True)
+    )
 
 
 def summarise(recs: list[Request], ar: list[Request] | None, one_pass: float, quality, keys, ideal=True) -> dict:
@@ -255,16 +227,18 @@ def markdown(result: dict) -> str:
         f"Family `{env['family']}` on {env['device']} ({env['dtype']}, {env['threads']} threads, batch 1), "
         f"{result['prompts']} prompts x 1 seed each, methods interleaved after warm-up; "
         f"one full verification pass = {result['verification_pass_s'] * 1000:.1f} ms; one drafter step "
-        f"costs {_costs(result.get('step_cost', {}))} of a target step.\n\n"
+        f"costs {_costs(result.get('step_cost', {}), result.get('step_cost_spread', {}))} of a target step "
+        f"(spread of its timings in brackets).\n\n"
     )
-    cols = "| method | latency s (median) | speed-up | NFE speed-up | NFE target | NFE drafter | acceptance "
-    cols += "| re-opened | rounds | tokens / round | tree nodes | FD | adherence | ideal speed-up | of ideal |\n|"
-    cols += "---|" * 15 + "\n"
+    cols = "| method | latency s (median) | speed-up | cost speed-up | NFE speed-up | NFE target | NFE drafter "
+    cols += "| acceptance | re-opened | rounds | tokens / round | tree nodes | FD | adherence | ideal speed-up "
+    cols += "| of ideal |\n|" + "---|" * 16 + "\n"
     lines = []
     for label, row in result["methods"].items():
         cells = [
             f"{row['latency_s']:.3f}",
             _fmt(row["speedup"], "{:.2f}x"),
+            _fmt(row.get("cost_speedup"), "{:.2f}x"),
             _fmt(row.get("nfe_speedup"), "{:.2f}x"),
             f"{row['nfe']['target']:.1f}",
             f"{row['nfe']['drafter']:.1f}",
@@ -283,8 +257,11 @@ def markdown(result: dict) -> str:
     return head + cols + "\n".join(lines) + "\n" + skipped
 
 
-def _costs(costs: dict) -> str:
-    return ", ".join(f"{name} {ratio:.2f}" for name, ratio in costs.items()) or "(not measured)"
+def _costs(costs: dict, spread: dict) -> str:
+    cells = [
+        f"{name} {ratio:.2f}" + (f" ({spread[name]:.0%})" if name in spread else "") for name, ratio in costs.items()
+    ]
+    return ", ".join(cells) or "(not measured)"
 
 
 def _fmt(value, pattern: str) -> str:
@@ -335,7 +312,11 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
         "prompts": len(prompts),
         "prompt_list": [p for _, p in prompts],
         "verification_pass_s": one_pass,
-        "step_cost": costs,  # one drafting-model step / one target step (single cached token)
+        # one drafting-model step / one target step (single cached token), and the spread of
+        # those timings (the target's included)
+        "step_cost": {name: costs.step(name) for name in costs.widths if name != "target"},
+        "step_cost_spread": {name: spreads[0] for name, spreads in costs.spread.items()},
+        "pass_costs": costs.to_dict(),  # seconds per pass by model and width bucket
         "wall_s": time.perf_counter() - start,
         "environment": env,
         **{k: env[k] for k in ("device", "dtype", "threads", "versions")},
@@ -402,6 +383,24 @@ def goal_lines(result: dict) -> list[str]:
     return out
 
 
+def cost_lines(costs: dict | None) -> list[str]:
+    """The pass-cost table behind the cost speed-up: per model, a pass's cost by width."""
+    if not costs:
+        return []
+    unit = costs["unit_s"]
+    lines = [
+        "## Pass costs\n",
+        f"One single-token target step = {unit * 1000:.2f} ms. A pass of each width (tokens fed), in target "
+        "steps, with the spread of its timings ((max - min) / median of the last rounds):\n",
+        "| model | " + " | ".join(f"w={w}" for w in max(costs["widths"].values(), key=len)) + " |",
+    ]
+    lines.append("|---|" + "---|" * (lines[-1].count("|") - 2))
+    for model, seconds in costs["seconds"].items():
+        cells = [f"{t / unit:.2f} ({d:.0%})" for t, d in zip(seconds, costs["spread"][model], strict=True)]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def write_results(out_dir: Path, result: dict, sweep_results: dict | None, command: str) -> None:
     """benchmarks/RESULTS.md: the table, the goals, the sweeps and their plots."""
     parts = [
@@ -413,6 +412,7 @@ def write_results(out_dir: Path, result: dict, sweep_results: dict | None, comma
         "## Goals\n",
         "\n".join(goal_lines(result)) or "(no goal labels in this run)",
         "",
+        *cost_lines(result.get("pass_costs")),
     ]
     for name, rows in (sweep_results or {}).items():
         parts.append(f"\n## Sweep: {name}\n")
@@ -421,7 +421,7 @@ def write_results(out_dir: Path, result: dict, sweep_results: dict | None, comma
         )
         for r in rows:
             parts.append(
-                f"| {r['point']} | {r['speedup']:.2f}x | {r['nfe_target']:.1f} | {r['acceptance']:.3f} | "
+                f"| {r['point']} | {r['speedup']:.2f}x | {r['nfe_target']:.1f} | {_fmt(r['acceptance'], '{:.3f}')} | "
                 f"{r['reopened']:.3f} | {_fmt(r.get('fd'), '{:.3f}')} | {_fmt(r.get('adherence'), '{:.3f}')} |"
             )
         parts.append(f"\n![{name}](sweep_{name}.png)\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mulo.engine import Engine
-from mulo.eval.bench import measure, prompt_pool, runnable
+from mulo.eval.bench import _mean, measure, prompt_pool, runnable
 from mulo.eval.quality import Quality
 
 # tau 2 rejects everything (AR through MuLo-SD's code path), tau 0 accepts every draft token (the
@@ -52,23 +52,28 @@ def sweep_points(vocab_size: int) -> dict[str, list[tuple[str, str, dict]]]:
 def run_sweep(
     engine: Engine, points, prompts: list[tuple[str, str]], quality, images: dict | None = None
 ) -> list[dict]:
-    """One row per point (and AR's); ``images``, when given, receives each point's images."""
-    ar = [measure(engine, "ar", prompt, seed=i) for i, (_, prompt) in enumerate(prompts)]
+    """One row per point (and AR's); ``images``, when given, receives each point's images. Like
+    the table, each prompt runs AR and every point, the order rotating from prompt to prompt."""
+    runs = [("ar", "ar", {}), *points]
+    records: dict[str, list] = {name: [] for name, _, _ in runs}
+    for i, (_, prompt) in enumerate(prompts):
+        shift = i % len(runs)
+        for name, label, overrides in runs[shift:] + runs[:shift]:
+            records[name].append(measure(engine, label, prompt, seed=i, overrides=overrides))
+    ar = records["ar"]
     keys = [key for key, _ in prompts]
-    rows = []
     if images is not None:
-        images["ar"] = [r.image for r in ar]
+        images.update({name: [r.image for r in recs] for name, recs in records.items()})
+    rows = []
     for name, label, overrides in points:
-        recs = [measure(engine, label, prompt, seed=i, overrides=overrides) for i, (_, prompt) in enumerate(prompts)]
-        if images is not None:
-            images[name] = [r.image for r in recs]
+        recs = records[name]
         row = {
             "point": name,
             "label": label,
             "overrides": overrides,
             "speedup": statistics.median(a.latency / r.latency for a, r in zip(ar, recs, strict=True)),
             "nfe_target": float(np.mean([r.nfe_target for r in recs])),
-            "acceptance": float(np.mean([r.acceptance or 0 for r in recs])),
+            "acceptance": _mean([r.acceptance for r in recs]),
             "reopened": float(np.mean([r.reopened for r in recs])),
         }
         if quality is not None:
@@ -82,7 +87,7 @@ def run_sweep(
                 "overrides": {},
                 "speedup": 1.0,
                 "nfe_target": ar[0].nfe_target,
-                "acceptance": 0.0,
+                "acceptance": None,
                 "reopened": 0.0,
                 **quality.score(np.stack([r.image for r in ar]), keys),
             }

@@ -58,6 +58,10 @@ class DecodeContext:
     def nfe(self) -> dict[str, int]:
         return {role: sum(r.nfe for r in runners) for role, runners in self.runners.items()}
 
+    def pass_widths(self) -> dict[str, list[int]]:
+        """Per role, the number of tokens each forward pass fed (the prefill's: the condition)."""
+        return {role: [w for r in runners for w in r.widths] for role, runners in self.runners.items()}
+
     def new_round(self, label: str, tokens: torch.Tensor) -> Round:
         """A blank round numbered in order; the method fills its masks, then calls ``close``."""
         rnd = Round.empty(self._rounds, label, self.grid, tokens.reshape(self.grid).numpy())

@@ -41,6 +41,7 @@ class HeadRunner:
         self.done = 0  # main slots 0 .. done-1 hold the head's K/V from the target's real features
         self.used = 0  # scratch slots used by this round's tree
         self.nfe = 0
+        self.widths: list[int] = []  # slots fed by each pass of the head
 
     def set_features(self, slots, hidden: torch.Tensor) -> None:
         self.features[:, torch.as_tensor(slots, dtype=torch.long)] = hidden.to(self.features.dtype)
@@ -76,6 +77,7 @@ class HeadRunner:
             slots.to(self.target.device), mask.to(self.target.device), self.cache,
         )  # fmt: skip
         self.nfe += 1
+        self.widths.append(len(slots))
         self.done = last + 1
         return predicted[:, -1:], self._probs(predicted[:, -1:])[0]
 
@@ -97,6 +99,7 @@ class HeadRunner:
             pe_slots=(n_cond + torch.as_tensor(positions) - 1).to(self.target.device),
         )  # fmt: skip
         self.nfe += 1
+        self.widths.append(count)
         self.used += count
         return predicted, self._probs(predicted)
 

@@ -12,7 +12,11 @@ function below, in this order):
    before t0 (the first rejection); everything else is kept;
 5. ``resample_islands``: the target resamples the re-opened set: in raster order, one pass per
    token (v1), or as 8-connected islands in parallel, one token per island (or per island row
-   with a ZipAR window) per pass, each query seeing only final tokens (v2);
+   with a ZipAR window) per pass, each query seeing only final tokens (v2). With ``refresh``
+   (the default) the K/V of those tokens are exact too: accepted drafts after t0, whose K/V the
+   verification computed while rejected drafts were visible, are re-encoded over final tokens
+   in the first resampling pass that reaches them (same passes, wider); without it they keep
+   their stale K/V (the ablation);
 6. ``commit``: the block's tokens are final;
 7. ``downsample``: the committed rows become the drafter's low-res prefix.
 """
@@ -245,7 +249,8 @@ def resample(ctx: DecodeContext, target, seq, probs_t0, t0: int, reopened, label
     The token at t0 comes from the verification pass: its whole context is final. Raster (v1):
     one causal pass per token, each re-encoding the accepted run before it. Islands (v2): one
     pass per wave, each island advancing one token (or one per island row with a ZipAR window),
-    every query seeing only final tokens."""
+    every query seeing only final tokens. Either way, with ``refresh`` no query reads K/V
+    computed over a rejected draft (``ModelRunner.feed_over_final``)."""
     knobs = ctx.config
     width = ctx.grid[1]
     waves = torch.zeros(len(seq), dtype=torch.long)

@@ -42,7 +42,7 @@ def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
         + (f" · {s['mean_accepted_length']:.2f} tokens per round" if s["mean_accepted_length"] else "")
         + (f" · {s['mean_tree_size']:.1f} tree nodes per round" if s["mean_tree_size"] else ""),
         f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
-        f"top-p {c['top_p']} · seed {trace.seed} · {plain(trace.device, 64)}</small>",
+        f"top-p {c['top_p']} · seed {trace.seed}{_kv_mode(trace)} · {plain(trace.device, 64)}</small>",
     ]
     # every string below may come from a shared trace file: shown as text, never as markup
     if trace.condition_text:
@@ -52,6 +52,13 @@ def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
     if trace.warnings:
         lines.append(f"⚠️ {plain('; '.join(trace.warnings), 600)}")
     return "  \n".join(lines)
+
+
+def _kv_mode(trace: Trace) -> str:
+    """Which K/V MuLo-SD's resampling read: exact contexts, or the stale-K/V ablation."""
+    if trace.method != "mulo" or "refresh" not in trace.config:
+        return ""
+    return " · K/V re-encoded after rejections" if trace.config["refresh"] else " · stale K/V (ablation: no refresh)"
 
 
 def replay_summary(trace: Trace, decoded: bool) -> str:

@@ -1,0 +1,154 @@
+"""What a forward pass costs on this machine, by model and width, timed until the timings agree.
+
+Counting passes (NFE) treats a verification over a thousand tokens like a one-token step; on a
+CPU the first costs tens of steps. Here each model that a method runs (the target, a drafter,
+the same-grid draft model, the EAGLE head) is timed on passes of a few widths (powers of two,
+the "buckets": 1, 2, 4, ... up to its grid), each pass causal over a full cache and centred on
+the middle of the grid, so its keys are those of an average step. A pass of another width is
+priced by linear interpolation between the buckets. Every timing repeats, in rounds of at least
+``MIN_ROUND_S``, until the last ``WINDOW`` rounds agree within ``TOLERANCE`` ((max - min) /
+median), and reports that spread.
+
+All costs are relative to one single-token step of the target, so the cost of a request is in
+"target steps" and AR's is about its number of tokens.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mulo.runner import ModelRunner
+
+TOLERANCE = 0.05
+WINDOW = 5
+MIN_ROUND_S = 0.05
+MAX_ROUNDS = 60
+
+
+def stable_seconds(fn, synchronize=None) -> tuple[float, float]:
+    """Seconds per call of ``fn``: rounds of calls (each at least ``MIN_ROUND_S``) until the last
+    ``WINDOW`` rounds' per-call times agree within ``TOLERANCE`` or ``MAX_ROUNDS`` ran. Returns
+    ``(median of those rounds, their spread)``; a spread above ``TOLERANCE`` says it never settled."""
+    fn()  # warm-up: allocator, lazily built tables
+    rounds: list[float] = []
+    spread = float("inf")
+    while len(rounds) < MAX_ROUNDS:
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            if synchronize:
+                synchronize()
+            elapsed = time.perf_counter() - start
+            if elapsed >= MIN_ROUND_S:
+                break
+        rounds.append(elapsed / calls)
+        if len(rounds) >= WINDOW:
+            last = rounds[-WINDOW:]
+            spread = (max(last) - min(last)) / statistics.median(last)
+            if spread < TOLERANCE:
+                break
+    return statistics.median(rounds[-WINDOW:]), spread
+
+
+def buckets(n_tokens: int) -> list[int]:
+    """Pass widths timed for a model whose passes feed at most ``n_tokens - 1`` tokens."""
+    widest = max(1, n_tokens - 1)
+    return sorted({min(2**i, widest) for i in range(widest.bit_length() + 1)})
+
+
+@dataclass
+class PassCosts:
+    """Per model: the bucket widths, seconds per pass at each, and each timing's spread."""
+
+    widths: dict[str, list[int]]
+    seconds: dict[str, list[float]]
+    spread: dict[str, list[float]]
+
+    @property
+    def unit(self) -> float:
+        """Seconds of one single-token target step."""
+        return self.seconds["target"][0]
+
+    def relative(self, model: str, widths) -> np.ndarray:
+        """Cost of passes of ``widths`` through ``model``, in target steps."""
+        return np.interp(np.asarray(widths, dtype=float), self.widths[model], self.seconds[model]) / self.unit
+
+    def step(self, model: str) -> float:
+        """One single-token step of ``model`` / one of the target."""
+        return float(self.relative(model, [1])[0])
+
+    def request(self, pass_widths: dict[str, list[int]], drafter: str | None) -> float:
+        """A request's passes (per role, their widths) priced in target steps."""
+        total = float(self.relative("target", pass_widths.get("target", [])).sum())
+        if drafter and pass_widths.get("drafter"):
+            total += float(self.relative(drafter, pass_widths["drafter"]).sum())
+        return total
+
+    def to_dict(self) -> dict:
+        return {"widths": self.widths, "seconds": self.seconds, "spread": self.spread, "unit_s": self.unit}
+
+
+def _runner_pass(model, cond, guidance: float, width: int):
+    """A callable running one causal pass of ``width`` tokens centred on the grid's middle, over a
+    cache in which every slot is written (what a verification of that width costs)."""
+    runner = ModelRunner(model, cond, guidance, 1.0, 0, 1.0)
+    runner.prefill()
+    n = model.config.max_seq_len
+    seq = torch.zeros(n, dtype=torch.long)
+    runner.span_probs(seq, 0, n)
+    lo = max(1, min(n // 2 - width // 2, n - width))
+    return lambda: runner.span_probs(seq, lo, lo + width)  # feeds tokens lo-1 .. lo+width-2
+
+
+def _head_pass(fam, cond, guidance: float, width: int):
+    """A callable running the EAGLE head over ``width`` of its main slots ending at the grid's middle."""
+    from mulo.methods.eagle2 import HeadRunner  # the head's runner lives with its method
+
+    runner = ModelRunner(fam.target, cond, guidance, 1.0, 0, 1.0)
+    runner.prefill()
+    head = HeadRunner(fam.eagle_head, runner, scratch=1)
+    seq = torch.zeros(fam.target.config.max_seq_len, dtype=torch.long)
+    root = fam.target.config.max_seq_len // 2
+    last = runner.n_cond + root - 1
+    head.catch_up(seq, root)  # every main slot up to the root written
+
+    def run():
+        head.done = last + 1 - width
+        head.catch_up(seq, root)
+
+    return run
+
+
+@torch.no_grad()
+def measure(engine, prompt: str, models: list[str], steps_only: bool = False) -> PassCosts:
+    """Time ``models`` ("target", "drafter_r<r>", "draft_model", "eagle_head") of the engine's family
+    (and the target) at every bucket, or at width 1 only (``steps_only``)."""
+    fam = engine.family
+    cond = fam.condition(prompt, 0)
+    guidance = engine.make_config(None).guidance
+    sync = torch.cuda.synchronize if fam.device.type == "cuda" else None
+    by_name = {
+        "target": fam.target,
+        "draft_model": fam.draft_model,
+        **{f"drafter_r{r}": m for r, m in fam.drafters.items()},
+    }
+    widths, seconds, spread = {}, {}, {}
+    for name in ["target", *[m for m in models if m != "target"]]:
+        if name == "eagle_head":
+            n = fam.target.config.max_seq_len // 2
+            make = lambda w: _head_pass(fam, cond, guidance, w)  # noqa: E731
+        else:
+            model = by_name[name]
+            n = model.config.max_seq_len
+            make = lambda w, model=model: _runner_pass(model, cond, guidance, w)  # noqa: E731
+        widths[name] = [1] if steps_only else buckets(n)
+        timed = [stable_seconds(make(w), sync) for w in widths[name]]
+        seconds[name] = [t for t, _ in timed]
+        spread[name] = [s for _, s in timed]
+    return PassCosts(widths, seconds, spread)
