@@ -10,9 +10,14 @@ node: CFG, then the request's temperature / top-k / top-p):
 3. p~(x) = p(x) + c_m;
 4. accept with probability min(1, p~(x)): the candidate is the drafter's top-k, a point mass
    (q = 1), as in EAGLE-2's walk;
-5. a rejection removes x and, if anything was pooled, x's first k + 1 nearest codes from p (as
-   LANTERN's code does), renormalised (uniform if nothing is left); the next sibling is tried
-   under that residual, and if none is accepted the next token is drawn from it.
+5. a rejection removes x and, if m >= 1 (even for neighbours of zero mass), x's first k + 1
+   nearest codes from p (as LANTERN's code does), renormalised (uniform if nothing is left); the
+   next sibling is tried under that residual, and if none is accepted the next token is drawn
+   from it.
+
+Why q = 1 rather than the drafter's q(x): LANTERN's code tests ``px / 1.0`` on EAGLE-2's dynamic
+trees; its test with the drafter's q(x) and the residual ``norm(max(0, p - q'))`` is for static
+trees (LANTERN++), and with deterministic top-k candidates it would not be lossless at δ = 0.
 
 Greedy (temperature 0), as LANTERN's greedy mode: p is the softmax of the guided logits (no
 temperature, else p is one-hot and nothing could ever be pooled); a node qualifies iff it is p's
