@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ import torch
 from mulo.config import GenerationConfig
 from mulo.methods.common import DecodeContext
 from mulo.models.gpt import GPT, GPTConfig, init_random_
-from mulo.sampling import cfg_combine, logits_to_probs
+from mulo.sampling import cfg_combine, logits_to_probs, uniform
 from mulo.streams import Returning
 from mulo.timing import PhaseTimer
 
@@ -49,6 +50,19 @@ def run_method(fn, family, cond, seed: int, **knobs):
     return run.value, rounds, ctx
 
 
+# Sampling that spreads ``spread_target`` over many of its 81 sequences: no guidance, a high
+# temperature. The lossless tests need it: on a target that draws one image 96 % of the time
+# their chi-square test passed even samplers that accept 1.3x too often.
+SPREAD_SAMPLING = dict(cfg=1.0, temperature=2.5)
+
+
+def spread_target() -> tuple[GPT, torch.Tensor]:
+    """A 3-token 2x2 target and its condition. Under ``SPREAD_SAMPLING`` the likeliest sequence
+    has 23 % of the mass and 25 sequences expect >= 5 of 1000 samples; the next token depends
+    strongly on the previous one (weights std 0.8), so a draft made in another context is off."""
+    return tiny_gpt(41, 3, 2, std=0.8), torch.randn(2, 4, generator=torch.Generator().manual_seed(6))
+
+
 def bare_family(target, draft_model=None):
     return SimpleNamespace(name="bare", target=target, draft_model=draft_model, grid=target.config.grid_hw)
 
@@ -65,16 +79,39 @@ def exact_sequence_distribution(model: GPT, cond: torch.Tensor, cfg_scale: float
     return seqs, probs.gather(-1, seqs[..., None])[..., 0].prod(-1)
 
 
+@contextmanager
+def one_torch_thread():
+    """Run torch on one thread: a tiny model's forward pass is all overhead, and on a shared machine
+    a second thread waiting for a busy core made the lossless tests over 100x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def sequence_counts(fn, family, cond, n_samples: int, **knobs) -> torch.Tensor:
     """How often each token sequence came out of ``n_samples`` seeded runs of method ``fn``, indexed
     in ``exact_sequence_distribution``'s (itertools) order."""
     vocab = family.target.config.vocab_size
     counts = torch.zeros(vocab**family.target.config.max_seq_len)
-    for seed in range(n_samples):
-        tokens, _, _ = run_method(fn, family, cond, seed, **knobs)
-        flat = tokens.reshape(-1).tolist()
-        counts[sum(t * vocab ** (len(flat) - 1 - i) for i, t in enumerate(flat))] += 1
+    with one_torch_thread():
+        for seed in range(n_samples):
+            tokens, _, _ = run_method(fn, family, cond, seed, **knobs)
+            flat = tokens.reshape(-1).tolist()
+            counts[sum(t * vocab ** (len(flat) - 1 - i) for i, t in enumerate(flat))] += 1
     return counts
+
+
+def assert_spread(p_target: torch.Tensor, n_samples: int, min_bins: int = 10) -> None:
+    """The target is spread enough for a chi-square test over whole sequences to have power: at
+    least ``min_bins`` sequences expect 5 or more of ``n_samples`` draws (rarer ones are pooled into
+    one bin) and no sequence holds most of the mass. A target that almost always draws the same
+    image cannot tell a lossy sampler from a lossless one."""
+    expected_bins = int((p_target * n_samples >= 5).sum())
+    assert expected_bins >= min_bins, f"only {expected_bins} sequences expect >= 5 of {n_samples} samples"
+    assert float(p_target.max()) < 0.5, f"one sequence holds {float(p_target.max()):.0%} of the mass"
 
 
 def chi_square(counts: torch.Tensor, expected_probs: torch.Tensor) -> tuple[float, int]:
@@ -93,3 +130,21 @@ def chi_square_critical(dof: int, z: float = 3.09) -> float:
     """Upper critical value (z = 3.09: p = 0.001) by the Wilson-Hilferty approximation."""
     a = 2 / (9 * dof)
     return dof * (1 - a + z * math.sqrt(a)) ** 3
+
+
+# -- lossy verification rules: stand-ins for mulo.sampling's that the lossless tests must catch --
+
+
+def accept_ignoring_q(p_draft, q_draft, generator):
+    """Bug: accept with p(x) instead of min(1, p(x) / q(x))."""
+    return uniform(p_draft.shape, generator, p_draft.device) < p_draft
+
+
+def accept_too_often(p_draft, q_draft, generator):
+    """Bug: accept with min(1, 1.3 p(x) / q(x))."""
+    return uniform(p_draft.shape, generator, p_draft.device) * q_draft < 1.3 * p_draft
+
+
+def resample_from_p(p, q):
+    """Bug: after a rejection sample from p instead of the residual norm(max(0, p - q))."""
+    return p

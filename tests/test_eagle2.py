@@ -1,21 +1,28 @@
 """EAGLE-2: the draft tree, its attention masks, the lossless walk, and the method end to end."""
 
+from functools import partial
+
 import pytest
 import torch
 
-from mulo.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, verify_tree
+from mulo import draft_tree
+from mulo.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, TreeVerdict, verify_tree
 from mulo.families import toy
 from mulo.methods import ar, eagle2
 from mulo.models.eagle import head_for
 from mulo.models.gpt import init_random_
 from mulo.runner import ModelRunner
+from mulo.sampling import sample, uniform
 from tests.helpers import (
+    SPREAD_SAMPLING,
+    assert_spread,
     bare_family,
     chi_square,
     chi_square_critical,
     exact_sequence_distribution,
     run_method,
     sequence_counts,
+    spread_target,
     tiny_gpt,
 )
 
@@ -200,19 +207,113 @@ def test_every_round_commits_at_least_one_token():
     assert ctx.nfe()["drafter"] == sum(min(6, n_total - 1 - r.tree["root"]) for r in rounds)
 
 
-def test_eagle2_matches_the_target_sequence_distribution():
+# -- the walk is lossless, and the check that says so notices when it is not -----------------------
+# The check compares the sequences EAGLE-2 samples with the target's exact distribution (Pearson
+# chi-square, critical value at p = 0.001) on a spread-out target, then runs again with a lossy
+# walk swapped in. EAGLE-2 picks its candidates by top-k, so a tried candidate's proposal is a
+# point mass and the exact rule min(1, p(x) / q(x)) is p(x): "ignore q" is the real rule here, in
+# every setup. Its mirror image is the bug this walk can have: accepting with min(1, p(x) / q(x)),
+# q the drafter's probability, as if the candidate had been sampled from the drafter.
+# Chi-square values seen, critical value 46.9: real 15.2; drafter q 1096.9; over-accept 1.3x 246.0;
+# correction from p 259.2.
+
+EAGLE2_SAMPLES = 800
+EAGLE2_KNOBS = dict(SPREAD_SAMPLING, tree_top_k=2, tree_budget=4, tree_depth=2)
+
+
+def _walk(tree, root_probs, node_probs, n_total, generator, accept_probability):
+    """``verify_tree`` with child x accepted with ``accept_probability(p(x), q(x))`` (p the current
+    residual, q the drafter's probability): the real rule is p(x)."""
+    status, path = [UNTRIED] * len(tree), []
+    node, probs = -1, root_probs.float().clone()
+    while True:
+        accepted, children = None, tree.children(node)
+        for child in children:
+            x = tree.tokens[child]
+            if bool(uniform((), generator, probs.device) < accept_probability(probs[x], tree.q[child])):
+                accepted = child
+                break
+            status[child] = REJECTED
+            probs[x] = 0
+            probs = probs / probs.sum()
+        if accepted is None:
+            return TreeVerdict(path, status, [-1.0] * len(tree), int(sample(probs, generator)), bonus=not children)
+        status[accepted] = ACCEPTED
+        path.append(accepted)
+        node = accepted
+        if tree.root + tree.depths[node] >= n_total - 1:
+            return TreeVerdict(path, status, [-1.0] * len(tree), None, bonus=False)
+        probs = node_probs[node].float().clone()
+
+
+def _outcome(verdict: TreeVerdict):
+    return verdict.path, verdict.status, verdict.next_token, verdict.bonus
+
+
+def test_the_walk_with_the_real_rule_is_verify_tree():
+    """``_walk`` is ``verify_tree`` with one rule swapped: given the real rule, it takes the same
+    paths and draws the same tokens, so its lossy versions below are the real walk's."""
+    tree = _tree()
+    probs = torch.softmax(3 * torch.randn(40, 1 + len(tree), 10, generator=torch.Generator().manual_seed(0)), -1)
+    outcomes = set()
+    for seed, p in enumerate(probs):
+        node_probs = dict(enumerate(p[1:]))
+        real = verify_tree(tree, p[0], node_probs, 20, torch.Generator().manual_seed(seed))
+        walk = _walk(tree, p[0], node_probs, 20, torch.Generator().manual_seed(seed), lambda p_x, q_x: p_x)
+        assert _outcome(walk) == _outcome(real)
+        outcomes.add((len(real.path), real.bonus))
+    # every candidate rejected; a node accepted, then its children rejected; a path and its bonus
+    assert {(0, False), (1, False), (2, True)} <= outcomes
+
+
+def _accept_as_if_sampled_from_the_drafter(monkeypatch):
+    rule = partial(_walk, accept_probability=lambda p_x, q_x: (p_x / q_x).clamp(max=1))
+    monkeypatch.setattr(eagle2, "verify_tree", rule)
+
+
+def _accept_too_often(monkeypatch):
+    """min(1, 1.3 p(x)): the walk accepts when a uniform draw is below p(x); a draw / 1.3 is."""
+    monkeypatch.setattr(draft_tree, "uniform", lambda *args: uniform(*args) / 1.3)
+
+
+def _verify_then_correct_from_p(tree, root_probs, node_probs, n_total, generator):
+    """``verify_tree``, but the token after rejected candidates is drawn from p, not the residual."""
+    verdict = verify_tree(tree, root_probs, node_probs, n_total, generator)
+    if verdict.next_token is not None and not verdict.bonus:
+        p = node_probs[verdict.path[-1]] if verdict.path else root_probs
+        verdict.next_token = int(sample(p.float(), generator))
+    return verdict
+
+
+LOSSY_WALKS = {
+    "drafter-q": _accept_as_if_sampled_from_the_drafter,
+    "over-accept": _accept_too_often,
+    "resample-from-p": lambda monkeypatch: monkeypatch.setattr(eagle2, "verify_tree", _verify_then_correct_from_p),
+}
+
+
+def _eagle2_counts():
     """A pruned tree (two of three tokens at depth 1, one continuation): rejections, residual
     draws, accepted paths and bonus tokens all occur."""
-    top_k, budget, depth = 2, 4, 2
-    target = tiny_gpt(11, VOCAB, SIDE)
-    fam = _head_family(target, 13)
-    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(5))
-    _, p_target = exact_sequence_distribution(target, cond, cfg_scale=2.0)
-    knobs = dict(cfg=2.0, tree_top_k=top_k, tree_budget=budget, tree_depth=depth)
-    counts = sequence_counts(eagle2.generate, fam, cond, 2000, **knobs)
-    stat, dof = chi_square(counts, p_target)
+    target, cond = spread_target()
+    return sequence_counts(eagle2.generate, _head_family(target, 16), cond, EAGLE2_SAMPLES, **EAGLE2_KNOBS)
+
+
+@pytest.fixture(scope="module")
+def p_target():
+    target, cond = spread_target()
+    _, p = exact_sequence_distribution(target, cond, SPREAD_SAMPLING["cfg"], SPREAD_SAMPLING["temperature"])
+    return p
+
+
+def test_eagle2_matches_the_target_sequence_distribution(p_target):
+    assert_spread(p_target, EAGLE2_SAMPLES)
+    stat, dof = chi_square(_eagle2_counts(), p_target)
     assert stat < chi_square_critical(dof), (stat, dof)
-    # The test has power: the same model's unguided distribution is rejected by a wide margin.
-    _, p_unguided = exact_sequence_distribution(target, cond, cfg_scale=1.0)
-    stat_u, dof_u = chi_square(counts, p_unguided)
-    assert stat_u > 3 * chi_square_critical(dof_u), (stat_u, dof_u)
+
+
+@pytest.mark.parametrize("bug", LOSSY_WALKS)
+def test_eagle2_check_rejects_a_lossy_walk(bug, p_target, monkeypatch):
+    LOSSY_WALKS[bug](monkeypatch)
+    stat, dof = chi_square(_eagle2_counts(), p_target)
+    assert stat > chi_square_critical(dof), (bug, stat, dof)

@@ -14,6 +14,7 @@ from mulo.sampling import (
     sample,
     speculative_accept,
 )
+from tests.helpers import accept_ignoring_q, accept_too_often, resample_from_p
 
 
 def test_cfg_combine():
@@ -93,21 +94,35 @@ def test_residual_distribution():
     torch.testing.assert_close(residual_distribution(p, p), p)  # empty residual falls back to p
 
 
-def _speculative_step(p, q, gen, n):
+def _speculative_step(p, q, gen, n, accept=speculative_accept, residual=residual_distribution):
     """n independent draft-then-verify steps for one position; returns the output tokens."""
     drafts = torch.multinomial(q.expand(n, -1), 1, replacement=True, generator=gen)[:, 0]
-    ok = speculative_accept(p[drafts], q[drafts], gen)
-    fix = torch.multinomial(residual_distribution(p, q).expand(n, -1), 1, generator=gen)[:, 0]
+    ok = accept(p[drafts], q[drafts], gen)
+    fix = torch.multinomial(residual(p, q).expand(n, -1), 1, generator=gen)[:, 0]
     return torch.where(ok, drafts, fix)
 
 
-def test_speculative_sampling_outputs_the_target_distribution():
-    gen = torch.Generator().manual_seed(0)
-    p = torch.tensor([0.05, 0.4, 0.25, 0.2, 0.1])
-    q = torch.tensor([0.3, 0.1, 0.1, 0.2, 0.3])
+SPEC_P = torch.tensor([0.05, 0.4, 0.25, 0.2, 0.1])
+SPEC_Q = torch.tensor([0.3, 0.1, 0.1, 0.2, 0.3])
+SPEC_ATOL = 0.005  # 200k samples: a frequency's standard error is at most 0.0011
+
+
+def _speculative_frequencies(**rules) -> torch.Tensor:
     n = 200_000
-    out = _speculative_step(p, q, gen, n)
-    freq = torch.bincount(out, minlength=5).float() / n
-    torch.testing.assert_close(freq, p, atol=0.005, rtol=0)
-    # Power check: accepting every draft would give q, far from p.
-    assert (q - p).abs().max() > 0.1
+    out = _speculative_step(SPEC_P, SPEC_Q, torch.Generator().manual_seed(0), n, **rules)
+    return torch.bincount(out, minlength=5).float() / n
+
+
+def test_speculative_sampling_outputs_the_target_distribution():
+    torch.testing.assert_close(_speculative_frequencies(), SPEC_P, atol=SPEC_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [dict(accept=accept_ignoring_q), dict(accept=accept_too_often), dict(residual=resample_from_p)],
+    ids=["ignore-q", "over-accept", "resample-from-p"],
+)
+def test_lossy_speculative_sampling_misses_the_target_distribution(rules):
+    """Power check: the tolerance above fails every lossy rule. Their exact output distributions
+    are off by up to 0.21 (ignore q), 0.03 (over-accept 1.3x) and 0.12 (resample from p)."""
+    assert (_speculative_frequencies(**rules) - SPEC_P).abs().max() > SPEC_ATOL
