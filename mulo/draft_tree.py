@@ -104,6 +104,7 @@ class TreeVerdict:
     accept_prob: list[float]  # per node: the probability it was accepted with (-1: untried)
     next_token: int | None  # drawn after the path (a correction or a bonus); None: the image is full
     bonus: bool  # True when the path ended at a leaf and ``next_token`` came from its distribution
+    emptied: int = 0  # rejections that left the residual no mass (LANTERN: it falls back to uniform)
 
 
 def exact_test(probs: torch.Tensor, token: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,6 +131,7 @@ def verify_tree(
     accept_prob = [-1.0] * len(tree)
     path: list[int] = []
     node, probs = -1, root_probs.float().clone()
+    emptied = 0
     while True:
         accepted, children = None, tree.children(node)
         for child in children:
@@ -139,13 +141,14 @@ def verify_tree(
                 accepted = child
                 break
             status[child] = REJECTED
+            emptied += bool(probs.clone().index_fill_(0, dropped, 0).sum() == 0)
             probs = residual_without(probs, dropped)
         if accepted is None:
             token = int(sample(probs, generator))
-            return TreeVerdict(path, status, accept_prob, token, bonus=not children)
+            return TreeVerdict(path, status, accept_prob, token, bonus=not children, emptied=emptied)
         status[accepted] = ACCEPTED
         path.append(accepted)
         node = accepted
         if tree.root + tree.depths[node] >= n_total - 1:  # the image is complete
-            return TreeVerdict(path, status, accept_prob, None, bonus=False)
+            return TreeVerdict(path, status, accept_prob, None, bonus=False, emptied=emptied)
         probs = node_probs[node].float().clone()

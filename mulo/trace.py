@@ -135,6 +135,8 @@ class Trace:
         tokens_per_target_nfe  image tokens / target forward passes (plain AR: 1)
         reopened_fraction      positions re-opened for resampling / all positions
         mean_tree_size         EAGLE-2: draft-tree nodes verified per round (None: no trees)
+        residuals_emptied      tree methods: rejections that left the residual no mass, so the next
+                               token was drawn uniformly (LANTERN's fallback; None: no trees)
         """
         n_tokens = int(np.prod(self.grid))
         proposed = sum(r.proposed for r in self.rounds)
@@ -158,6 +160,7 @@ class Trace:
             "tokens_per_target_nfe": n_tokens / self.nfe["target"] if self.nfe.get("target") else None,
             "reopened_fraction": reopened / n_tokens,
             "mean_tree_size": float(np.mean(trees)) if trees else None,
+            "residuals_emptied": sum(r.tree.get("emptied", 0) for r in self.rounds if r.tree) if trees else None,
             "latency_s": self.latency_s,
             "timings_s": dict(self.timings_s),
         }

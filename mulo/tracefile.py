@@ -101,6 +101,7 @@ _TREE = {
         },
         "status": {"type": "array", "maxItems": MAX_TREE_NODES, "items": {"enum": [0, 1, 2]}},
         "next": {"type": ["integer", "null"]},
+        "emptied": {"type": "integer", "minimum": 0, "maximum": MAX_TREE_NODES},
     },
 }
 _SCALAR = {"type": ["boolean", "integer", "number", "string", "null"], "maxLength": 64}

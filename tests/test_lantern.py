@@ -68,6 +68,22 @@ def test_an_emptied_residual_falls_back_to_uniform():
     torch.testing.assert_close(residual, torch.full((6,), 1 / 6))
 
 
+def test_the_walk_counts_the_rejections_that_emptied_the_residual():
+    """The same p in a one-child tree: a rejection of 0 empties it (the next token is uniform, and
+    the verdict says so); an accepted 0 or a rejection that leaves mass counts nothing."""
+    p = torch.tensor([0.2, 0.3, 0.1, 0.4, 0.0, 0.0])
+    tree = DraftTree(root=0)
+    tree.add(-1, 0, 0.5, -0.7)
+    gen, counts = torch.Generator().manual_seed(1), {0: 0, 1: 0}
+    for _ in range(200):
+        verdict = verify_tree(tree, p, {}, n_total=2, generator=gen, test=pooling(0.35).test)
+        counts[verdict.emptied] += 1
+        assert verdict.emptied == (0 if verdict.path else 1)
+    assert counts[0] > 50 and counts[1] > 50  # accepted with 0.5
+    kept = verify_tree(tree, P, {}, n_total=2, generator=torch.Generator().manual_seed(0), test=pooling(0.2).test)
+    assert kept.emptied == 0
+
+
 def test_the_chain_residual_keeps_the_pooled_neighbours_target_mass():
     """Drafts sampled from q (``lantern_chain``): norm(max(0, p - q')), q' = q less the draft's
     k + 1 nearest codes when it pooled."""

@@ -98,6 +98,7 @@ class Request:
     image: np.ndarray = field(repr=False)
     accepted_length: float | None = None  # chain and tree methods: tokens committed per round
     tree_size: float | None = None  # EAGLE-2: draft-tree nodes per round
+    residuals_emptied: int | None = None  # tree methods: rejections that emptied the residual
     pass_widths: dict[str, list[int]] = field(default_factory=dict, repr=False)  # per role, tokens per pass
 
 
@@ -125,6 +126,7 @@ def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict 
         draft_s=sum(s["timings_s"].get(p, 0.0) for p in DRAFT_PHASES),
         accepted_length=s["mean_accepted_length"],
         tree_size=s["mean_tree_size"],
+        residuals_emptied=s["residuals_emptied"],
         image=result.image,
         pass_widths=result.pass_widths,
     )
@@ -188,6 +190,7 @@ def summarise(recs: list[Request], ar: list[Request] | None, one_pass: float, qu
         "rounds": float(np.mean([r.rounds for r in recs])),
         "accepted_length": _mean([r.accepted_length for r in recs]),
         "tree_size": _mean([r.tree_size for r in recs]),
+        "residuals_emptied": _mean([r.residuals_emptied for r in recs]),
         "fd": None,
         "adherence": None,
     }
@@ -254,7 +257,18 @@ def markdown(result: dict) -> str:
         ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     skipped = "".join(f"\n- `{k}` not run: {v}" for k, v in result.get("skipped", {}).items())
-    return head + cols + "\n".join(lines) + "\n" + skipped
+    return head + cols + "\n".join(lines) + "\n" + _emptied_note(result["methods"]) + skipped
+
+
+def _emptied_note(methods: dict) -> str:
+    """A line for each tree method whose rejections emptied the residual (LANTERN's uniform fallback)."""
+    notes = [
+        f"\n- `{label}`: {row['residuals_emptied']:.1f} rejections per image left the residual no mass, so "
+        "the next token was drawn uniformly over the codebook (LANTERN's fallback)"
+        for label, row in methods.items()
+        if row.get("residuals_emptied")
+    ]
+    return "".join(notes)
 
 
 def _costs(costs: dict, spread: dict) -> str:

@@ -165,6 +165,7 @@ def _record(rnd, tree: DraftTree, verdict, p_accept) -> None:
         "q": [round(q, 6) for q in tree.q],
         "status": list(verdict.status),
         "next": verdict.next_token,
+        "emptied": verdict.emptied,
     }
 
 

@@ -13,7 +13,9 @@ node: CFG, then the request's temperature / top-k / top-p):
 5. a rejection removes x and, if m >= 1 (even for neighbours of zero mass), x's first k + 1
    nearest codes from p (as LANTERN's code does), renormalised (uniform if nothing is left); the
    next sibling is tried under that residual, and if none is accepted the next token is drawn
-   from it.
+   from it. The verdict counts the rejections that emptied it (``TreeVerdict.emptied``, the
+   trace's ``residuals_emptied``): kept as the official code has it, and shown, because on a
+   peaked target under top-p the dropped neighbours often hold all of p's mass.
 
 Why q = 1 rather than the drafter's q(x): LANTERN's code tests ``px / 1.0`` on EAGLE-2's dynamic
 trees; its test with the drafter's q(x) and the residual ``norm(max(0, p - q'))`` is for static
