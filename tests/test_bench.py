@@ -123,7 +123,8 @@ def test_markdown_and_files(result, tmp_path):
     assert all(f"| {label} |" in table for label in bench.QUICK_LABELS)
     assert result["methods"]["eagle2"]["residuals_emptied"] == 0  # EAGLE-2's residual never empties
     assert "`eagle2`" not in table.split("|")[-1]
-    emptied = {**result, "methods": {**result["methods"], "lantern": {**result["methods"]["lantern"], "residuals_emptied": 2.5}}}
+    lantern_row = {**result["methods"]["lantern"], "residuals_emptied": 2.5}
+    emptied = {**result, "methods": {**result["methods"], "lantern": lantern_row}}
     assert "`lantern`: 2.5 rejections per image left the residual no mass" in bench.markdown(emptied)
     assert (tmp_path / "out" / "table.png").stat().st_size > 10_000
     sweep = {"pooling": [{"point": "k=0", "speedup": 1.5, "nfe_target": 40.0, "acceptance": 0.5, "reopened": 0.2}]}
