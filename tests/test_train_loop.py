@@ -101,3 +101,37 @@ def test_bf16_is_chosen_by_measurement_not_by_flags(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
     assert choice(1.0, 0.6) is True
     assert choice(1.0, 1.5) is False
+
+
+def test_the_stage_keeps_the_weights_of_the_best_held_out_loss_and_resumes_with_them(tmp_path):
+    """An over-fitting run: training drives the weight to 3, the held-out loss wants 1, so the
+    held-out loss is best part-way; the model ends with those weights, not the last ones, and a
+    run stopped and resumed picks the same step."""
+    target = torch.tensor([[3.0]])
+
+    def run(checkpoint, stop_at=None):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(1, 1, bias=False)
+        model.weight.data.fill_(0.0)
+
+        def loss_fn(step):
+            if step == stop_at:
+                raise _Stop
+            return ((model.weight - target) ** 2).sum()
+
+        def held_out():
+            return float(((model.weight - 1.0) ** 2).sum())
+
+        return model, train("t", model, loss_fn, 40, checkpoint, lr=0.05, warmup=1, every=2, validate=held_out,
+                            validate_every=3)  # fmt: skip
+
+    model, stats = run(tmp_path / "a.ckpt")
+    steps = [s for s, _ in stats["val_curve"]]
+    assert steps == list(range(4, 41, 4))  # rounded up to checkpoint steps (every 2), and the last
+    assert stats["best_val_loss"] == min(v for _, v in stats["val_curve"]) < stats["val_curve"][-1][1]
+    assert 4 <= stats["best_step"] < 40 and abs(float(model.weight.detach()) - 1.0) < 0.5
+    with pytest.raises(_Stop):
+        run(tmp_path / "b.ckpt", stop_at=23)
+    resumed, again = run(tmp_path / "b.ckpt")
+    assert again["best_step"] == stats["best_step"] and again["val_curve"] == stats["val_curve"]
+    assert torch.allclose(resumed.weight, model.weight)

@@ -58,6 +58,8 @@ class GPTConfig:
     multiple_of: int = 256
     ffn_dim_multiplier: float | None = None
     norm_eps: float = 1e-5
+    # Dropout on each residual branch while training (a regulariser; inference never drops).
+    dropout: float = 0.0
 
     @classmethod
     def preset(cls, name: str, **overrides) -> GPTConfig:
@@ -200,10 +202,11 @@ class TransformerBlock(nn.Module):
         self.feed_forward = FeedForward(config)
         self.attention_norm = RMSNorm(config.dim, config.norm_eps)
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.drop = nn.Dropout(config.dropout)  # identity in eval mode and at p = 0
 
     def forward(self, h, layer, slots, mask, cache):
-        h = h + self.attention(self.attention_norm(h), layer, slots, mask, cache)
-        return h + self.feed_forward(self.ffn_norm(h))
+        h = h + self.drop(self.attention(self.attention_norm(h), layer, slots, mask, cache))
+        return h + self.drop(self.feed_forward(self.ffn_norm(h)))
 
 
 class GPT(nn.Module):

@@ -66,6 +66,10 @@ class EmojiData:
     short_names: list[list[str]] = field(default_factory=list)
     # px -> [N, px, px, 3] uint8: the same images at other sizes (``load_scales``; empty otherwise)
     scales: dict[int, np.ndarray] = field(default_factory=dict)
+    # Multi-style data (``mulo.train.styles``): each image's style word, and its split (0 train,
+    # 1 held-out (emoji, style) pair, 2 held-out emoji); empty / None for one-style data.
+    styles: list[str] = field(default_factory=list)
+    split: np.ndarray | None = None
 
     def subset(self, mask: np.ndarray) -> EmojiData:
         idx = np.flatnonzero(mask)
@@ -79,6 +83,8 @@ class EmojiData:
             pick(self.short_prompts),
             pick(self.short_names),
             {px: images[idx] for px, images in self.scales.items()},
+            pick(self.styles) if self.styles else [],
+            None if self.split is None else self.split[idx],
         )
 
     @property

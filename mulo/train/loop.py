@@ -1,4 +1,6 @@
-"""A resumable training loop: AdamW, warm-up + cosine learning rate, periodic checkpoints.
+"""A resumable training loop: AdamW, warm-up + cosine learning rate, periodic checkpoints and,
+when given a held-out loss, model selection by it (the weights of the best held-out loss seen
+at a validation step are what the stage keeps, never those of the lowest training loss).
 
 A stage that is stopped (or killed) resumes from its last checkpoint with the same model,
 optimizer and step, so a long CPU run can be split across sessions, or finished on a GPU: the
@@ -40,18 +42,29 @@ def train(
     warmup: int = 100,
     every: int = 200,
     on_step=None,
+    validate=None,
+    validate_every: int = 0,
 ) -> dict:
     """Run ``loss_fn(step) -> loss`` for ``steps`` steps; returns {"seconds", "final_loss"}, and
     "segments" ([{"hardware", "steps": [first, end], "seconds"}]) when more than one kind of
-    hardware ran them. ``on_step(step)`` runs after each optimizer step (codebook restarts and the like)."""
+    hardware ran them. ``on_step(step)`` runs after each optimizer step (codebook restarts and the like).
+
+    ``validate() -> float`` (a held-out loss, run in eval mode without gradients) every
+    ``validate_every`` steps and at the end: the best weights so far are kept beside the
+    checkpoint (``.best``), the model ends with them, and the stats add "best_step",
+    "best_val_loss" and the "val_curve" ([step, loss] pairs)."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+    validate_every = every * max(1, -(-validate_every // every))  # a multiple of the checkpoint interval
     start, elapsed, recent, segments = 0, 0.0, [], []
+    curve, best = [], {"step": None, "val": math.inf}
+    best_path = checkpoint.with_suffix(".best")
     if checkpoint.exists():
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start, elapsed = int(state["step"]), float(state["seconds"])
         segments = state.get("segments") or [{"hardware": "unrecorded", "steps": [0, start], "seconds": elapsed}]
+        curve, best = state.get("curve", []), state.get("best", best)
         log.info("%s: resuming at step %d", name, start)
     here = hardware(str(next(model.parameters()).device))
     if not segments or segments[-1]["hardware"] != here:
@@ -68,10 +81,23 @@ def train(
                 "step": step,
                 "seconds": elapsed,
                 "segments": segments,
+                "curve": curve,
+                "best": best,
             },
             tmp,
         )
         tmp.replace(checkpoint)
+
+    def check(step: int) -> None:
+        model.eval()
+        with torch.no_grad():
+            val = float(validate())
+        model.train()
+        curve.append([step, round(val, 4)])
+        if val < best["val"]:
+            best.update(step=step, val=val)
+            torch.save(model.state_dict(), best_path)
+        log.info("%s: step %d held-out loss %.4f (best %.4f at step %d)", name, step, val, best["val"], best["step"])
 
     model.train()
     tick = time.perf_counter()
@@ -87,12 +113,18 @@ def train(
             on_step(step)
         recent = (recent + [float(loss.detach())])[-50:]
         if (step + 1) % every == 0 or step + 1 == steps:
+            # on checkpoint steps only, so the best weights never run ahead of a resumable state
+            if validate is not None and ((step + 1) % validate_every == 0 or step + 1 == steps):
+                check(step + 1)
             elapsed += time.perf_counter() - tick
             tick = time.perf_counter()
             save(step + 1)
             log.info("%s: step %d/%d loss %.4f (%.0f s)", name, step + 1, steps, sum(recent) / len(recent), elapsed)
     model.eval()
     stats = {"seconds": round(elapsed, 1), "final_loss": sum(recent) / max(1, len(recent)) if recent else None}
+    if validate is not None and best["step"] is not None:
+        model.load_state_dict(torch.load(best_path, map_location="cpu", weights_only=True))
+        stats.update(best_step=best["step"], best_val_loss=round(best["val"], 4), val_curve=curve)
     ran = [segment for segment in segments if segment["steps"][1] > segment["steps"][0]]
     if len({segment["hardware"] for segment in ran}) > 1:
         stats["segments"] = ran
