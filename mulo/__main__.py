@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
 from mulo.config import GenerationConfig, key_of
-from mulo.families import DEFAULT_FAMILY, TWEMOJI
+from mulo.families import DEFAULT_FAMILY, TRAINED
 
 log = logging.getLogger("mulo")
 
@@ -59,13 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
-    tr = sub.add_parser("train", help="train a model family (twemoji: 32x32 tokens, twemoji-64: 16x16)")
-    tr.add_argument("family", choices=TWEMOJI)
+    tr = sub.add_parser(
+        "train", help="train a model family (twemoji: 32x32 tokens, twemoji-64: 16x16, emoji: 32x32 in five styles)"
+    )
+    tr.add_argument("family", choices=TRAINED)
     tr.add_argument("--smoke", action="store_true", help="a few steps of every stage on a few images")
     tr.add_argument("--device", default="cpu")
     tr.add_argument("--run-dir", type=Path, help="checkpoints and the report (default runs/FAMILY)")
     tr.add_argument("--assets", type=Path, help="where export writes the family (default assets/FAMILY)")
-    tr.add_argument("--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji)")
+    tr.add_argument(
+        "--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji; emoji: ~/.cache/mulo/styles)"
+    )
     tr.add_argument("--stages", help="comma-separated subset of stages")
     tr.add_argument(
         "--adopt",

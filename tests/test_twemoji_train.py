@@ -117,7 +117,7 @@ def test_acceptance_by_detail_splits_flat_and_detailed_tokens():
     assert acceptance_by_detail(image, [nothing]) == (None, None)
 
 
-@pytest.mark.parametrize("family, px", [("twemoji", 128), ("twemoji-64", 64)])
+@pytest.mark.parametrize("family, px", [("twemoji", 128), ("twemoji-64", 64), ("emoji", 128)])
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine
     from mulo.families import twemoji as family_mod
@@ -138,7 +138,19 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
         assert all(0 <= row["accepted"] <= 1 and row["speedup_zipar_w8"] > 0 for row in rows)
         assert report["vq"]["codes"] == recipes.choose_codebook(study)
     assert report["target"]["val_loss_zipar_w8"] > 0
+    assert report["target"]["train_loss"] > 0  # the generalisation gap's other side, measured alike
     assets = tmp_path / "assets"
+    if recipe.styles:  # five styles, held-out pairs, augmented copies, model selection by held-out loss
+        assert set(report["data"]["per_style"]) == set(recipe.styles) and all(report["data"]["per_style"].values())
+        tokens = np.load(tmp_path / "run" / "tokens.npz")
+        assert len(tokens["source"]) == len(tokens["is_val"]) + (~tokens["is_val"]).sum() * recipe.smoke.augment_copies
+        assert report["target"]["best_step"] in [step for step, _ in report["target"]["val_curve"]]
+        assert report["target"]["val_loss"] > 0 and set(tokens["split"]) <= {0, 1, 2}
+        listed = json.loads((assets / "styles.json").read_text())
+        assert [s["word"] for s in listed] == list(recipe.styles)
+        assert family_mod.build(family, assets).styles == recipe.styles
+        card_text = (assets / "MODEL_CARD.md").read_text()
+        assert "CC-BY-SA 4.0" in card_text and "`@iconify-json/noto@1.2.9`" in card_text
     sizes = {p.name: p.stat().st_size for p in assets.glob("*.safetensors")}
     assert len(sizes) == 9 and max(sizes.values()) < 10 * 2**20 and sum(sizes.values()) < 40 * 2**20
     card = (assets / "MODEL_CARD.md").read_text()

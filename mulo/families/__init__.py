@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# The twemoji families: ``twemoji``, 32x32 tokens at 128 px (Tar's 512 px geometry, issue 19), and
-# ``twemoji-64``, the first one, 16x16 tokens at 64 px; each ships in assets/NAME.
-TWEMOJI = ("twemoji", "twemoji-64")
+# The families this project trains (``python -m mulo train NAME``), each shipped in assets/NAME once
+# trained: ``twemoji``, 32x32 tokens at 128 px (Tar's 512 px geometry, issue 19); ``twemoji-64``,
+# the first one, 16x16 tokens at 64 px; ``emoji``, 32x32 tokens over five emoji styles (issue 38).
+TRAINED = ("twemoji", "twemoji-64", "emoji")
 ASSETS_ROOT = Path(__file__).resolve().parents[2] / "assets"
-FAMILIES = (*TWEMOJI, "toy", "tar")
+FAMILIES = (*TRAINED, "toy", "tar")
 # The app's and the CLI's family: the 32x32 one, at the geometry of Tar's 512 px setting (issue 19).
 DEFAULT_FAMILY = "twemoji"
 TAR_VARIANTS = ("tar", "tar-1.5b-1024", "tar-7b-512", "tar-7b-1024")
@@ -29,7 +30,7 @@ def load_family(name: str, device: str = "cpu"):
         from mulo.families import toy
 
         return toy.build().to(device)
-    if name in TWEMOJI:
+    if name in TRAINED:
         from mulo.families import twemoji
 
         return twemoji.build(name).to(device)

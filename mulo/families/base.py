@@ -58,8 +58,10 @@ class Family:
         evaluation: Evaluation | None = None,
         eagle_head=None,
         no_eagle_head: str | None = None,
+        styles: tuple[str, ...] = (),
     ):
         self.name = name
+        self.styles = tuple(styles)  # prompt words that ask for one drawing style ("red apple noto")
         self.target = target.eval()
         self.drafters = {r: m.eval() for r, m in drafters.items()}
         self.draft_model = None if draft_model is None else draft_model.eval()

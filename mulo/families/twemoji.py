@@ -16,7 +16,7 @@ import torch
 from diffusers import VQModel
 from safetensors.torch import load_file
 
-from mulo.families import ASSETS_ROOT, TWEMOJI
+from mulo.families import ASSETS_ROOT, TRAINED
 from mulo.families.base import Evaluation, Family
 from mulo.models.eagle import EagleHead
 from mulo.models.gpt import GPT, GPTConfig
@@ -88,12 +88,12 @@ class PromptConditioner:
 
 def build(name: str, folder: str | Path | None = None) -> Family:
     """The family ``name`` (``twemoji`` or ``twemoji-64``) from ``folder`` (default: assets/NAME)."""
-    if name not in TWEMOJI:
-        raise ValueError(f"twemoji family must be one of {', '.join(TWEMOJI)} (got {name!r})")
+    if name not in TRAINED:
+        raise ValueError(f"a trained family must be one of {', '.join(TRAINED)} (got {name!r})")
     folder = Path(folder) if folder is not None else ASSETS_ROOT / name
     missing = [f"{n}.{ext}" for n in FILES for ext in ("json", "safetensors") if not (folder / f"{n}.{ext}").exists()]
     if missing:
-        shipped = [n for n in TWEMOJI if n != name and (ASSETS_ROOT / n / "target.safetensors").exists()]
+        shipped = [n for n in TRAINED if n != name and (ASSETS_ROOT / n / "target.safetensors").exists()]
         raise FileNotFoundError(
             f"{name} weights missing in {folder} ({', '.join(missing[:3])}...): "
             f"train them with python -m mulo train {name}, or use --family {' or '.join([*shipped, 'toy'])}"
@@ -109,6 +109,7 @@ def build(name: str, folder: str | Path | None = None) -> Family:
         upsamplers[r].load_state_dict(state)
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
     aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
+    styles = json.loads((folder / "styles.json").read_text()) if (folder / "styles.json").exists() else []
     target = _gpt(folder, "target")
     head = None
     if (folder / "eagle_head.safetensors").exists():  # EAGLE-2's head, trained on this target
@@ -127,4 +128,5 @@ def build(name: str, folder: str | Path | None = None) -> Family:
         eagle_head=head,
         no_eagle_head=f"{folder} has no eagle_head.safetensors (train one: python -m mulo train {name} "
         f"--adopt {folder} --stages data,clip,vq,tokens,target,eagle,export)",
+        styles=tuple(s["word"] for s in styles),
     )

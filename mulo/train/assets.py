@@ -42,6 +42,11 @@ def export(pipe) -> None:
     (pipe.assets / "training_report.json").write_text(json.dumps(pipe.report, indent=1))
     (pipe.assets / "defaults.json").write_text(json.dumps(pipe.defaults(), indent=1))
     (pipe.assets / "aliases.json").write_text(json.dumps(data_mod.aliases(pipe.data), indent=0))
+    if pipe.recipe.styles:  # the prompt words that ask for a style, and what each one is
+        from mulo.train import styles
+
+        listed = [{"word": s.word, "title": s.title, "licence": s.licence} for s in styles.chosen(pipe.recipe.styles)]
+        (pipe.assets / "styles.json").write_text(json.dumps(listed, indent=1))
 
 
 def adopt_assets(pipe, folder: Path) -> None:

@@ -410,6 +410,46 @@ skin-tone variants (the emoji of Unicode 15.1 and 16 have no SVG there); names, 
 (sub)categories and the validation split from `emoji-datasource-twitter@16.0.0`'s `emoji.json`."""
 
 
+TWEMOJI_LICENCE = """The graphics are licensed **CC-BY 4.0** by Twitter, Inc. and
+other contributors (https://github.com/twitter/twemoji); these weights are derived from them and
+carry the same attribution. A fixed-seed 5 % validation split is held out."""
+
+
+def styled_data_text(words, data_report: dict, sizes_text: str) -> tuple[str, str]:
+    """(data paragraph, licence paragraph) of the multi-style family: each style's pinned package
+    and the licence its own metadata declares (checked when the data set is built)."""
+    from mulo.train import styles
+
+    chosen = styles.chosen(words)
+    rows = "\n".join(f"| `{s.word}` | {s.title} | `{s.package}` | {s.licence} | {s.attribution} |" for s in chosen)
+    counts = data_report.get("per_style", {})
+    data = (
+        f"{data_report.get('images', 0):,} images: the emoji of `emoji-datasource@16.0.0`'s `emoji.json` "
+        f"(names, short names, categories, skin-tone variants) in every style below that draws them, matched "
+        f"by code point through each Iconify package's `chars.json` (integrity-checked npm packages), "
+        f"rendered over white at {sizes_text} px by resvg (`resvg-py`, a training-only extra)"
+        + (f" ({', '.join(f'{w} {n:,}' for w, n in counts.items())})" if counts else "")
+        + ". A prompt may end with a style word (`red apple noto`); without one any style may be drawn. "
+        f"Each training image also appears in {data_report.get('augment_copies', 0)} augmented copies, "
+        "shrunk to 75-100 % and moved inside the canvas alike at every scale.\n\n"
+        "| word | style | npm package | licence | attribution |\n|---|---|---|---|---|\n" + rows
+    )
+    share_alike = [s.title for s in chosen if s.licence == "CC-BY-SA-4.0"]
+    licence = "\n\nThese weights are derived from all of the graphics above and carry every attribution" + (
+        f"; because {' and '.join(share_alike)} is **CC-BY-SA 4.0**, they are shared under CC-BY-SA 4.0 too "
+        "(compatible with the CC-BY 4.0, Apache-2.0 and MIT sets)."
+        if share_alike
+        else "."
+    )
+    licence += (
+        f" Held out, decided per key by a hash: {styles.HELD_EMOJI_FRACTION:.0%} of the emoji in every style, and "
+        f"{styles.HELD_PAIR_FRACTION:.0%} of the other (emoji, style) pairs while the emoji trains in its other "
+        "styles: the held-out loss on those pairs measures generalisation, and every AR model keeps the weights "
+        "of its best one."
+    )
+    return data, licence
+
+
 def stage_hardware(entry: dict) -> str:
     """A report entry's hardware cell; for a stage resumed on other hardware, which ran which steps."""
     if "segments" not in entry:
@@ -437,6 +477,9 @@ def write_model_card(
     n_images = report.get("data", {}).get("images", 0)
     sizes_text = ", ".join(str(px // f) for f in (1, 2, 4))
     data_text = (SVG_DATA if geometry["svg"] else PNG_DATA).format(images=n_images, sizes=sizes_text)
+    licence_text = TWEMOJI_LICENCE
+    if geometry.get("styles"):  # the multi-style family: every style's package and licence
+        data_text, licence_text = styled_data_text(geometry["styles"], report.get("data", {}), sizes_text)
     history = geometry["history"]
     if "vq_study" in report:
         study = report["vq_study"]["candidates"]
@@ -487,9 +530,7 @@ Trained by `python -m mulo train {family}` (hardware per stage below). Its image
 
 ## Data and license
 
-{data_text} The graphics are licensed **CC-BY 4.0** by Twitter, Inc. and
-other contributors (https://github.com/twitter/twemoji); these weights are derived from them and
-carry the same attribution. A fixed-seed 5 % validation split is held out.
+{data_text} {licence_text}
 
 ## Models
 

@@ -252,7 +252,7 @@ def build_scales(datasource: Path, svg_tarball: Path, sizes=SCALES) -> EmojiData
     return data
 
 
-def _cached(npz: Path, image_names: list[str], make, images_of) -> tuple[dict[str, np.ndarray], EmojiData]:
+def cached_data_set(npz: Path, image_names: list[str], make, images_of) -> tuple[dict[str, np.ndarray], EmojiData]:
     """The data set cached in ``npz``: built by ``make()`` and saved first when the file is missing
     or lacks a field (an older version wrote it). ``images_of(data)`` gives its image arrays by
     name (``image_names``); they are returned beside the data, whose ``images`` the caller sets."""
@@ -272,18 +272,20 @@ def _cached(npz: Path, image_names: list[str], make, images_of) -> tuple[dict[st
             is_val=data.is_val,
             short_prompts=pack_prompts(data.short_prompts),
             short_names=pack_prompts(data.short_names),
+            **({"styles": np.array(data.styles), "split": data.split} if data.styles else {}),
         )
     with np.load(npz) as z:
         images = {name: z[name] for name in image_names}
         texts = (z["names"].tolist(), z["texts"].tolist(), z["keys"].tolist())
         packed = (unpack_prompts(z["short_prompts"]), unpack_prompts(z["short_names"]))
-        return images, EmojiData(None, *texts, z["is_val"], *packed)
+        styled = (z["styles"].tolist(), z["split"]) if "styles" in z.files else ([], None)
+        return images, EmojiData(None, *texts, z["is_val"], *packed, {}, *styled)
 
 
 def load(cache: str | Path) -> EmojiData:
     """The data set, from ``cache/twemoji.npz`` if built before, else from the npm package."""
     cache = Path(cache)
-    images, data = _cached(
+    images, data = cached_data_set(
         cache / "twemoji.npz", ["images"], lambda: build(fetch_package(cache)), lambda built: {"images": built.images}
     )
     data.images = images["images"]
@@ -300,7 +302,7 @@ def load_scales(cache: str | Path, sizes=SCALES) -> EmojiData:
         return build_scales(fetch_package(cache), svg_tarball, sizes)
 
     names = [f"images_{px}" for px in sizes]
-    images, data = _cached(
+    images, data = cached_data_set(
         cache / "twemoji-svg.npz", names, make, lambda built: {f"images_{px}": built.scales[px] for px in sizes}
     )
     data.scales = {px: images[f"images_{px}"] for px in sizes}

@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import tarfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,13 +252,37 @@ def render_scales(item: StyledEmoji, sizes, placement: Placement | None = None) 
     return out
 
 
-def build(cache: Path, sizes, styles=STYLES) -> tuple[data_mod.EmojiData, list[StyledEmoji]]:
-    """Every styled emoji rendered (unaugmented) at ``sizes``; ``is_val`` marks both held-out kinds
-    and ``split`` tells them apart. The items come back too: the tokens stage draws augmented
-    copies of the training images from their SVGs."""
-    items = styled_emoji(emoji_entries(cache), style_svgs(cache, styles))
+def _render_job(job) -> dict[int, np.ndarray]:
+    item, placement, sizes = job
+    return render_scales(item, sizes, placement)
+
+
+def render_many(jobs: list[tuple[StyledEmoji, Placement | None]], sizes) -> dict[int, np.ndarray]:
+    """px -> ``[N, px, px, 3]``: each (item, placement) rendered at every size, on every core when
+    there are many (resvg renders one SVG on one core)."""
+    work = [(item, placement, tuple(sizes)) for item, placement in jobs]
+    if len(work) > 256 and (os.cpu_count() or 1) > 1:
+        with ProcessPoolExecutor() as pool:
+            rendered = list(pool.map(_render_job, work, chunksize=64))
+    else:
+        rendered = [_render_job(job) for job in work]
+    return {px: np.stack([r[px] for r in rendered]) for px in sizes}
+
+
+def limited(every: list[StyledEmoji], limit: int | None) -> list[StyledEmoji]:
+    """All the items, or (smoke runs) the first ``limit`` and the first 8 held-out ones."""
+    if not limit:
+        return every
+    held = [i for i, item in enumerate(every) if split_of(item.key, item.style) != TRAIN][:8]
+    keep = sorted(set(range(min(limit, len(every)))) | set(held))
+    return [every[i] for i in keep]
+
+
+def build(cache: Path, sizes, styles=STYLES, limit: int | None = None) -> data_mod.EmojiData:
+    """Every styled emoji (``limited`` to ``limit``) rendered, unaugmented, at ``sizes``;
+    ``is_val`` marks both held-out kinds and ``split`` tells them apart."""
+    items = limited(styled_emoji(emoji_entries(cache), style_svgs(cache, styles)), limit)
     names, texts, keys, short_prompts, short_names, split = [], [], [], [], [], []
-    scales = {px: [] for px in sizes}
     for item in items:
         name, text, short = describe_styled(item)
         names.append(name)
@@ -265,10 +291,8 @@ def build(cache: Path, sizes, styles=STYLES) -> tuple[data_mod.EmojiData, list[S
         short_prompts.append(short)
         short_names.append(short_names_of(item.entry, item.tones))
         split.append(split_of(item.key, item.style))
-        for px, image in render_scales(item, sizes).items():
-            scales[px].append(image)
     split = np.array(split, dtype=np.int8)
-    stacked = {px: np.stack(images) for px, images in scales.items()}
+    stacked = render_many([(item, None) for item in items], sizes)
     styles_of = [item.style for item in items]
     data = data_mod.EmojiData(
         stacked[max(sizes)], names, texts, keys, split != TRAIN, short_prompts, short_names, stacked, styles_of, split
@@ -276,8 +300,39 @@ def build(cache: Path, sizes, styles=STYLES) -> tuple[data_mod.EmojiData, list[S
     counts = {s: int((np.array(data.styles) == s).sum()) for s in svgs_order(items)}
     log.info("styled emoji: %d images %s; held out: %d pairs, %d of unseen emoji", len(items), counts,
              int((split == HELD_PAIR).sum()), int((split == HELD_EMOJI).sum()))  # fmt: skip
-    return data, items
+    return data
 
 
 def svgs_order(items: list[StyledEmoji]) -> list[str]:
     return list(dict.fromkeys(item.style for item in items))
+
+
+def chosen(words) -> tuple[Style, ...]:
+    known = {s.word: s for s in STYLES}
+    unknown = [w for w in words if w not in known]
+    if unknown:
+        raise ValueError(f"unknown style {', '.join(unknown)}; known: {', '.join(known)}")
+    return tuple(known[w] for w in words)
+
+
+def items(cache: str | Path, words=STYLE_WORDS, limit: int | None = None) -> list[StyledEmoji]:
+    """The styled emoji of ``load``'s data set, in its order (the tokens stage's augmented copies
+    are drawn from their SVGs)."""
+    cache = Path(cache)
+    return limited(styled_emoji(emoji_entries(cache), style_svgs(cache, chosen(words))), limit)
+
+
+def load(cache: str | Path, sizes, words=STYLE_WORDS, limit: int | None = None) -> data_mod.EmojiData:
+    """The multi-style data set at every size in ``sizes``, from ``cache/emoji-STYLES[-LIMIT].npz``
+    if built before, else from the npm packages (about 17,000 images: minutes of rendering)."""
+    cache = Path(cache)
+    names = [f"images_{px}" for px in sizes]
+    images, data = data_mod.cached_data_set(
+        cache / f"emoji-{'-'.join(words)}{f'-{limit}' if limit else ''}.npz",
+        names,
+        lambda: build(cache, sizes, chosen(words), limit),
+        lambda built: {f"images_{px}": built.scales[px] for px in sizes},
+    )
+    data.scales = {px: images[f"images_{px}"] for px in sizes}
+    data.images = data.scales[max(sizes)]
+    return data

@@ -36,6 +36,7 @@ from mulo.models.gpt import GPT
 from mulo.models.text import IMAGE_PX, MiniCLIP, WordTokenizer
 from mulo.models.upsample import TokenUpsampler
 from mulo.train import data as data_mod
+from mulo.train import styles
 from mulo.train.assets import adopt_assets, export
 from mulo.train.eagle import train_eagle_head
 from mulo.train.loop import autocast, hardware, init_weights, train
@@ -67,10 +68,13 @@ def resize(images: torch.Tensor, size: int) -> torch.Tensor:
 
 
 class Pipeline:
+    VALIDATION_IMAGES = 512  # held-out images the AR stages' model selection scores (a fixed subset)
+
     def __init__(self, run_dir, assets, recipe: Recipe, budget: Budget, device: str = "cpu", seed: int = 0, cache=None):
         self.run, self.assets, self.recipe, self.budget = Path(run_dir), Path(assets), recipe, budget
         self.device = device
-        self.cache = Path(cache) if cache else Path.home() / ".cache" / "mulo" / "twemoji"
+        default_cache = "styles" if recipe.styles else "twemoji"
+        self.cache = Path(cache) if cache else Path.home() / ".cache" / "mulo" / default_cache
         self.run.mkdir(parents=True, exist_ok=True)
         self.seed = seed
         self.report_path = self.run / "report.json"
@@ -93,6 +97,9 @@ class Pipeline:
     @property
     def data(self) -> data_mod.EmojiData:
         if self._data is None:
+            if self.recipe.styles:  # limited to a smoke budget's images before anything is rendered
+                self._data = styles.load(self.cache, self.recipe.sizes, self.recipe.styles, self.budget.images)
+                return self._data
             full = data_mod.load_scales(self.cache, self.recipe.sizes) if self.recipe.svg else data_mod.load(self.cache)
             if self.budget.images:
                 keep = np.zeros(len(full.names), dtype=bool)
@@ -102,12 +109,32 @@ class Pipeline:
             self._data = full
         return self._data
 
+    def text_of(self, i: int, kind: str) -> str:
+        """Image ``i``'s text of one kind: its name, its name with its style word, its description."""
+        d = self.data
+        if kind == "name_style" and d.styles:
+            return f"{d.names[i]} {d.styles[i]}"
+        return d.texts[i] if kind == "description" else d.names[i]
+
     def images_at(self, px: int, index=slice(None)) -> torch.Tensor:
         """``[N, 3, px, px]`` floats in [0, 1]: the renders at that size, else area-resized."""
         d = self.data
         return to_float(d.scales[px][index]) if px in d.scales else resize(to_float(d.images[index]), px)
 
     # -- stages --------------------------------------------------------------------------------
+    def stage_data(self) -> None:
+        d = self.data
+        counts = {}
+        if d.styles:
+            split = d.split
+            counts = dict(
+                per_style={w: d.styles.count(w) for w in self.recipe.styles},
+                held_out_pairs=int((split == styles.HELD_PAIR).sum()),
+                held_out_emoji_images=int((split == styles.HELD_EMOJI).sum()),
+                augment_copies=self.budget.augment_copies,
+            )
+        self.record("data", images=len(d.names), val=int(d.is_val.sum()), **counts)
+
     def stage_clip(self) -> None:
         d = self.data
         torch.manual_seed(self.seed)
@@ -143,8 +170,15 @@ class Pipeline:
         self.record("clip", **stats, val_top5_retrieval=round(score, 4), vocab=len(clip.tokenizer.vocab))
 
     def sample_texts(self, idx, rng) -> list[str]:
-        d = self.data
-        return [d.names[i] if rng.random() < NAME_TEXT_PROB else d.texts[i] for i in idx]
+        """Mini-CLIP's texts: the name (half the time with the style word, on styled data), else the
+        full description (which names the style)."""
+        d, out = self.data, []
+        for i in idx:  # one-style data draws exactly what it drew before styles existed
+            if rng.random() >= NAME_TEXT_PROB:
+                out.append(d.texts[i])
+            else:
+                out.append(self.text_of(i, "name_style" if d.styles and rng.random() < 0.5 else "name"))
+        return out
 
     def load_clip(self) -> MiniCLIP:
         vocab = json.loads((self.run / "clip_vocab.json").read_text())
@@ -280,17 +314,26 @@ class Pipeline:
         grids = {}
         for size in self.recipe.sizes:
             images = self.images_at(size)
-            parts = [tok.encode(images[i : i + 256].to(self.device)).cpu() for i in range(0, len(images), 256)]
-            grids[f"tokens{size}"] = torch.cat(parts).numpy().astype(np.int16)
+            grids[f"tokens{size}"] = self.encode(tok, images)
+        # Augmented copies of the training images (styled data): rows after the originals, each
+        # with the original it copies in ``source`` (its texts and split are the original's).
+        source = np.arange(len(d.names))
+        if self.budget.augment_copies and d.styles:
+            copies = self.augmented_tokens(tok)
+            source = np.concatenate([source, copies.pop("source")])
+            grids = {k: np.concatenate([grids[k], copies[k]]) for k in grids}
         # Short prompts are shared between images ("face" for 170 of them): features once per
         # phrase, and per image a slice short_ids[short_ptr[i] : short_ptr[i + 1]] into them.
         phrases = list(dict.fromkeys(p for ps in d.short_prompts for p in ps))
         index = {p: j for j, p in enumerate(phrases)}
         short_ids = np.array([index[p] for ps in d.short_prompts for p in ps], dtype=np.int32)
         short_ptr = np.cumsum([0, *map(len, d.short_prompts)])
+        texts = {"cond_name": d.names, "cond_text": d.texts, "cond_short": phrases}
+        if d.styles:
+            texts["cond_name_style"] = [self.text_of(i, "name_style") for i in range(len(d.names))]
         conds = {}
-        for name, texts in (("cond_name", d.names), ("cond_text", d.texts), ("cond_short", phrases)):
-            ids = clip.tokenizer.batch(texts)
+        for name, batch_texts in texts.items():
+            ids = clip.tokenizer.batch(batch_texts)
             conds[name] = torch.cat(
                 [clip.condition_features(ids[i : i + 512].to(self.device)).cpu() for i in range(0, len(ids), 512)]
             )
@@ -303,60 +346,113 @@ class Pipeline:
             short_ptr=short_ptr,
             is_val=d.is_val,
             keys=np.array(d.keys, dtype=str),
+            source=source,
+            **({"split": d.split} if d.split is not None else {}),
         )
 
+    def encode(self, tok, images: torch.Tensor) -> np.ndarray:
+        parts = [tok.encode(images[i : i + 256].to(self.device)).cpu() for i in range(0, len(images), 256)]
+        return torch.cat(parts).numpy().astype(np.int16)
+
+    def augmented_tokens(self, tok) -> dict[str, np.ndarray]:
+        """``budget.augment_copies`` copies of every training image, each shrunk and moved alike at
+        the three sizes (``styles.random_placement``), rendered from its SVG and encoded."""
+        d = self.data
+        items = styles.items(self.cache, self.recipe.styles, self.budget.images)
+        if [item.key for item in items] != list(d.keys):
+            raise RuntimeError("the styled emoji no longer match the cached data set: delete the cache's emoji-*.npz")
+        sizes = self.recipe.sizes
+        train_idx = np.flatnonzero(~d.is_val)
+        rng = self.rng("augment")
+        copies = self.budget.augment_copies
+        jobs = [(i, styles.random_placement(rng, min(sizes))) for i in train_idx for _ in range(copies)]
+        parts = {px: [] for px in sizes}
+        for start in range(0, len(jobs), 2048):  # render and encode in chunks: 60,000 copies do not fit at once
+            rendered = styles.render_many([(items[i], place) for i, place in jobs[start : start + 2048]], sizes)
+            for px in sizes:
+                parts[px].append(self.encode(tok, to_float(rendered[px])))
+        out = {f"tokens{px}": np.concatenate(parts[px]) for px in sizes}
+        out["source"] = np.array([i for i, _ in jobs], dtype=np.int64)
+        log.info("tokens: %d augmented copies of %d training images", len(jobs), len(train_idx))
+        return out
+
     def ar_data(self, side: int) -> SimpleNamespace:
-        """The training material of an AR model on a ``side`` x ``side`` grid: token sequences,
-        the precomputed text conditions, the split and the sampling weights of training images."""
+        """The training material of an AR model on a ``side`` x ``side`` grid: token sequences
+        (originals, then augmented copies), the precomputed text conditions of the originals,
+        each row's original (``source``), the split and the sampling weights of training rows."""
         z = np.load(self.run / "tokens.npz")
         if "cond_short" not in z.files:
             raise RuntimeError(
                 f"{self.run / 'tokens.npz'} predates short prompts: delete it to rebuild the tokens stage"
             )
         is_val = z["is_val"]
-        train_idx = np.flatnonzero(~is_val)
-        # Every emoji equally likely, its skin-tone variants sharing its weight: variants are
-        # 58 % of the images but near-duplicates, and the base emoji are what prompts ask for.
-        # (The keys travel in tokens.npz, so the AR stages run without the renders, on a GPU machine.)
+        source = z["source"] if "source" in z.files else np.arange(len(is_val))
+        train_rows = np.flatnonzero(~is_val[source])
+        # Every emoji equally likely, its skin-tone variants, styles and copies sharing its weight:
+        # variants are 58 % of the images but near-duplicates, and the base emoji are what prompts
+        # ask for. (The keys travel in tokens.npz, so the AR stages run without the renders, on a
+        # GPU machine.)
         keys = z["keys"] if "keys" in z.files else np.array(self.data.keys)
-        group = np.unique(keys[train_idx], return_inverse=True, return_counts=True)
+        group = np.unique(keys[source[train_rows]], return_inverse=True, return_counts=True)
         weights = 1.0 / group[2][group[1]]
-        conds = {k: torch.from_numpy(z[k].astype(np.float32)) for k in ("cond_name", "cond_text", "cond_short")}
+        names = ("cond_name", "cond_text", "cond_short", "cond_name_style")
+        conds = {k: torch.from_numpy(z[k].astype(np.float32)) for k in names if k in z.files}
         return SimpleNamespace(
-            tokens=torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(is_val), -1),
+            tokens=torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(source), -1),
             **conds,
             short_ids=z["short_ids"],
             short_ptr=z["short_ptr"],
             is_val=is_val,
-            train_idx=train_idx,
+            split=z["split"] if "split" in z.files else None,
+            source=source,
+            train_idx=train_rows,
             weights=weights / weights.sum(),
         )
 
     def ar_batch(self, data: SimpleNamespace, rng: np.random.Generator, batch: int):
         """A training batch: token sequences ``[B, L]`` and their conditions ``[B, T, C]``, each
-        text drawn from the recipe's mix (name / short prompt / description) and dropped to the
-        null condition at the CFG rate."""
+        text drawn from the recipe's mix (name / name with its style word / short prompt /
+        description) and dropped to the null condition at the CFG rate."""
 
         def text_condition(i: int, kind: str) -> torch.Tensor:
             n_short = data.short_ptr[i + 1] - data.short_ptr[i]
             if kind == "description":
                 return data.cond_text[i]
+            if kind == "name_style" and hasattr(data, "cond_name_style"):
+                return data.cond_name_style[i]
             if kind == "short" and n_short:  # one of the image's short prompts, uniformly
                 return data.cond_short[data.short_ids[data.short_ptr[i] + rng.integers(n_short)]]
             return data.cond_name[i]  # the name (also for images without a short prompt, "rocket")
 
-        idx = rng.choice(data.train_idx, size=min(batch, len(data.train_idx)), replace=False, p=data.weights)
+        rows = rng.choice(data.train_idx, size=min(batch, len(data.train_idx)), replace=False, p=data.weights)
         mix = self.budget.ar_text_mix
-        kinds = rng.choice(list(mix), size=len(idx), p=list(mix.values()))
-        cond = torch.stack([text_condition(i, kind) for i, kind in zip(idx, kinds, strict=True)])
-        drop = torch.from_numpy(rng.random(len(idx)) < CFG_DROPOUT)[:, None, None]
+        kinds = rng.choice(list(mix), size=len(rows), p=list(mix.values()))
+        cond = torch.stack([text_condition(data.source[r], kind) for r, kind in zip(rows, kinds, strict=True)])
+        drop = torch.from_numpy(rng.random(len(rows)) < CFG_DROPOUT)[:, None, None]
         cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
-        return data.tokens[idx].to(self.device), cond.to(self.device)
+        return data.tokens[rows].to(self.device), cond.to(self.device)
+
+    def held_out(self, data: SimpleNamespace) -> dict[str, np.ndarray]:
+        """Original images to measure losses on: the held-out images (styled data: the held-out
+        (emoji, style) pairs and the unseen emoji apart) and as many training images."""
+        n = len(data.is_val)
+        rng = np.random.default_rng(self.seed)
+        if data.split is None:
+            val = np.flatnonzero(data.is_val)
+            groups = {"val": val}
+        else:
+            groups = {"val": np.flatnonzero(data.split == styles.HELD_PAIR)}
+            groups["val_unseen_emoji"] = np.flatnonzero(data.split == styles.HELD_EMOJI)
+        train_originals = np.flatnonzero(~data.is_val[:n])
+        groups["train"] = np.sort(
+            rng.choice(train_originals, size=min(len(groups["val"]), len(train_originals)), replace=False)
+        )
+        return groups
 
     def stage_ar(self, stage: str) -> None:
         side = self.recipe.grid(stage)
         data = self.ar_data(side)
-        tokens, cond_name, is_val = data.tokens, data.cond_name, data.is_val
+        tokens, cond_name = data.tokens, data.cond_name
         vocab = self.codes
         config = self.recipe.gpt_config(stage, vocab, cond_name.shape[-1])
         torch.manual_seed(self.seed + side)
@@ -403,6 +499,15 @@ class Pipeline:
             losses = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
             return (losses * weights).mean()  # the other tokens' gradients as in an unweighted step
 
+        # Held-out losses, conditioned on what names the image best: the name with its style word
+        # on styled data (a held-out pair is an unseen (emoji, style) combination), else the name.
+        cond = getattr(data, "cond_name_style", cond_name)
+        groups = self.held_out(data)
+        selection = groups["val"][: self.VALIDATION_IMAGES]
+
+        def validate() -> float:
+            return validation_loss(model, tokens[selection], cond[selection], self.device)
+
         stats = train(
             stage,
             model,
@@ -410,13 +515,21 @@ class Pipeline:
             steps,
             self.run / f"{stage}.ckpt",
             lr=1.5e-3 if stage != "draft_model" else 2e-3,
+            weight_decay=self.budget.weight_decay,
             every=self.budget.checkpoint_every,
+            validate=validate if self.budget.validate_every else None,
+            validate_every=self.budget.validate_every,
         )
-        val = np.flatnonzero(is_val)
-        losses = {"val_loss": validation_loss(model, tokens[val], cond_name[val], self.device)}
+        # every loss in eval mode on the kept weights, training images too (the generalisation gap)
+        losses = {
+            f"{name}_loss": validation_loss(model, tokens[idx], cond[idx], self.device)
+            for name, idx in groups.items()
+            if len(idx)
+        }
+        val = groups["val"]
         if stage != "draft_model":  # what ZipAR's view costs, teacher-forced
             for window in (4, 8):
-                loss = validation_loss(model, tokens[val], cond_name[val], self.device, zipar_window=window)
+                loss = validation_loss(model, tokens[val], cond[val], self.device, zipar_window=window)
                 losses[f"val_loss_zipar_w{window}"] = loss
         torch.save(model.state_dict(), self.run / f"{stage}.pt")
         (self.run / f"{stage}.json").write_text(json.dumps(asdict(config)))
@@ -428,9 +541,10 @@ class Pipeline:
         high = torch.from_numpy(z[f"tokens{px}"].astype(np.int64))
         low = torch.from_numpy(z[f"tokens{px // r}"].astype(np.int64))
         is_val = z["is_val"]
+        source = z["source"] if "source" in z.files else np.arange(len(is_val))
         torch.manual_seed(self.seed + r)
         up = TokenUpsampler(self.codes, r, width=128, depth=3).to(self.device)
-        train_idx = np.flatnonzero(~is_val)
+        train_idx = np.flatnonzero(~is_val[source])  # augmented copies train too
         rng = self.rng(f"upsampler_r{r}")
 
         def loss_fn(step):
@@ -456,10 +570,7 @@ class Pipeline:
     # -- driver ----------------------------------------------------------------------------------
     def stages(self) -> dict:
         return {
-            "data": (
-                lambda: self.record("data", images=len(self.data.names), val=int(self.data.is_val.sum())),
-                "report.json",
-            ),
+            "data": (self.stage_data, "report.json"),
             "clip": (self.stage_clip, "clip.pt"),
             "vq": (self.stage_vq, "vq.pt"),
             "tokens": (self.stage_tokens, "tokens.npz"),
@@ -525,7 +636,8 @@ class Pipeline:
             family=self.recipe.family,
             px=self.recipe.px,
             svg=self.recipe.svg,
-            history=card.HISTORY_64 if self.recipe.family == "twemoji-64" else card.HISTORY_128,
+            styles=self.recipe.styles,
+            history={"twemoji-64": card.HISTORY_64, "twemoji": card.HISTORY_128}.get(self.recipe.family, ""),
             study_rule=(
                 f"Rule (`recipes.choose_codebook`): among the codebooks whose {self.recipe.px} px validation PSNR is "
                 f"within {PSNR_SLACK} dB of the best candidate's, the one with the highest oracle bound "

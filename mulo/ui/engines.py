@@ -8,13 +8,13 @@ import threading
 import gradio as gr
 
 from mulo.engine import Engine
-from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, FAMILIES, TAR_VARIANTS, TWEMOJI, load_family
+from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, FAMILIES, TAR_VARIANTS, TRAINED, load_family
 
 # Every family but a twemoji one whose weights are not in assets/ (Tar's are downloaded on demand).
 FAMILY_CHOICES = tuple(
     name
     for name in dict.fromkeys(FAMILIES + TAR_VARIANTS)
-    if name not in TWEMOJI or (ASSETS_ROOT / name / "target.safetensors").exists()
+    if name not in TRAINED or (ASSETS_ROOT / name / "target.safetensors").exists()
 )
 DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", DEFAULT_FAMILY)
 
