@@ -134,6 +134,7 @@ class Trace:
         mean_accepted_length   SD/SJD/EAGLE-2/LANTERN: tokens committed per verification round
         tokens_per_target_nfe  image tokens / target forward passes (plain AR: 1)
         reopened_fraction      positions re-opened for resampling / all positions
+        rejected, reopened     counts over every round: drafts that failed the test, positions re-opened
         mean_tree_size         EAGLE-2: draft-tree nodes verified per round (None: no trees)
         residuals_emptied      tree methods: rejections that left the residual no mass, so the next
                                token was drawn uniformly (LANTERN's fallback; None: no trees)
@@ -159,6 +160,8 @@ class Trace:
             "mean_accepted_length": float(np.mean(committed)) if chain else None,
             "tokens_per_target_nfe": n_tokens / self.nfe["target"] if self.nfe.get("target") else None,
             "reopened_fraction": reopened / n_tokens,
+            "rejected": sum(int(r.rejected.sum()) for r in self.rounds),
+            "reopened": reopened,
             "mean_tree_size": float(np.mean(trees)) if trees else None,
             "residuals_emptied": sum(r.tree.get("emptied", 0) for r in self.rounds if r.tree) if trees else None,
             "latency_s": self.latency_s,

@@ -81,12 +81,15 @@ def grey_pending(image: np.ndarray, decided: np.ndarray, strength: float = 0.75)
 
 
 def round_masks(rnd: Round) -> dict[str, np.ndarray]:
-    """Disjoint boolean masks of one round: accepted, rejected, re-opened-only (around rejections)."""
-    rejected = rnd.rejected.astype(bool)
+    """Disjoint boolean masks of one round, by verdict first: accepted and kept, accepted but
+    re-opened (a neighbour was rejected), rejected, and re-opened without a verdict of its own."""
+    accepted, rejected = rnd.accepted.astype(bool), rnd.rejected.astype(bool)
+    reopened = rnd.reopened.astype(bool)
     return {
-        "accepted": rnd.accepted.astype(bool) & ~rnd.reopened.astype(bool),
+        "accepted": accepted & ~reopened,
+        "accepted_reopened": accepted & reopened,
         "rejected": rejected,
-        "reopened": rnd.reopened.astype(bool) & ~rejected,
+        "reopened": reopened & ~accepted & ~rejected,
     }
 
 
@@ -97,17 +100,51 @@ def t0_mask(rnd: Round) -> np.ndarray:
     return mask
 
 
+def hatch(shape: tuple[int, int], period: int = 6, width: int = 2) -> np.ndarray:
+    """``[h, w]`` bool: diagonal stripes, ``width`` of every ``period`` pixels."""
+    y, x = np.indices(shape)
+    return (x + y) % period < width
+
+
 def overlay(image: np.ndarray, rnd: Round, opacity: float = 0.55, layers=("accepted", "rejected", "reopened", "t0")):
-    """The round's acceptance map blended over ``image`` (a decoded image or a token mosaic)."""
+    """The round's acceptance map blended over ``image`` (a decoded image, a token mosaic or a
+    white canvas, enlarged so a token spans several pixels). Every proposed token shows its
+    verdict (green accepted, red rejected); re-opening is its own layer, amber diagonal stripes
+    over the verdict, so a draft accepted and then re-opened around a rejected neighbour stays
+    green underneath; t0 is solid blue."""
     out = image.astype(np.float32)
-    masks = {**round_masks(rnd), "t0": t0_mask(rnd)}
-    for name in ("accepted", "reopened", "rejected", "t0"):
-        if name not in layers:
-            continue
-        m = upscale(masks[name], image.shape[:2])[..., None]
-        alpha = 1.0 if name == "t0" else opacity
-        out = np.where(m, out * (1 - alpha) + hex_rgb(COLORS[name]) * alpha, out)
+    size = image.shape[:2]
+    verdicts = {"accepted": rnd.accepted.astype(bool), "rejected": rnd.rejected.astype(bool)}
+    for name, mask in verdicts.items():
+        if name in layers:
+            m = upscale(mask, size)[..., None]
+            out = np.where(m, out * (1 - opacity) + hex_rgb(COLORS[name]) * opacity, out)
+    if "reopened" in layers:
+        m = (upscale(rnd.reopened.astype(bool), size) & hatch(size))[..., None]
+        out = np.where(m, hex_rgb(COLORS["reopened"]), out)
+    if "t0" in layers:
+        out = np.where(upscale(t0_mask(rnd), size)[..., None], hex_rgb(COLORS["t0"]), out)
     return out.astype(np.uint8)
+
+
+def acceptance_map(rnd: Round, size: int, layers=("accepted", "rejected", "reopened", "t0")) -> np.ndarray:
+    """The round's verdicts on a white token grid enlarged to about ``size`` px (so stripes fit)."""
+    white = enlarge(np.full((*rnd.draft.shape, 3), 255, np.uint8), size)
+    return overlay(white, rnd, opacity=1.0, layers=layers)
+
+
+def legend_counts(rnd: Round) -> dict[str, int]:
+    """The round's numbers as the figures' legends and titles state them."""
+    masks = round_masks(rnd)
+    return {
+        "proposed": int(rnd.proposed),
+        "accepted": int(rnd.accepted.sum()),
+        "accepted_kept": int(masks["accepted"].sum()),
+        "accepted_reopened": int(masks["accepted_reopened"].sum()),
+        "rejected": int(rnd.rejected.sum()),
+        "reopened": int(rnd.reopened.sum()),
+        "islands": int(rnd.n_islands),
+    }
 
 
 def island_colors(islands: np.ndarray, background: np.ndarray | None = None) -> np.ndarray:
@@ -208,34 +245,48 @@ def round_layout(
     """The slide figure of one round: up-sampled draft, acceptance map on tokens and on the image,
     islands, canvas after the round; a legend with the colours and the round's numbers."""
     rnd = trace.rounds[index]
-    masks = np.zeros((*rnd.draft.shape, 3), np.uint8) + 255
-    token_map = overlay(masks, rnd, opacity=1.0)
+    counts = legend_counts(rnd)
     panels = [
         ("up-sampled draft", enlarge(draft_image, size)),
-        ("acceptance (tokens)", enlarge(token_map, size)),
-        ("acceptance (image)", overlay(enlarge(draft_image, size), rnd)),
+        ("verdicts (tokens)", acceptance_map(rnd, size)),
+        ("verdicts (image)", overlay(enlarge(draft_image, size), rnd)),
         (f"islands ({rnd.n_islands})", island_colors(rnd.islands, enlarge(draft_image, size))),
         ("canvas after round", enlarge(canvas_image, size)),
     ]
-    fig = Figure(figsize=(3.2 * len(panels), 3.9), dpi=150)
+    fig = Figure(figsize=(3.2 * len(panels), 4.1), dpi=150)
     axes = fig.subplots(1, len(panels))
     for ax, (title, img) in zip(axes, panels, strict=True):
         ax.imshow(img, interpolation="nearest")
         ax.set_title(title, fontsize=10)
         ax.axis("off")
-    handles = [Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in ("accepted", "rejected", "reopened", "t0")]
-    names = ["accepted", "rejected", "re-opened (resampled)", "t0 (first rejection)"]
-    fig.legend(handles, names, loc="lower center", ncols=4, fontsize=9, frameon=False)
+    fig.legend(*legend_handles(counts), loc="lower center", ncols=5, fontsize=8, frameon=False)
     s = trace.config
     stale = "" if s.get("refresh", True) else " stale K/V"
     fig.suptitle(
         f'"{trace.prompt}"  seed {trace.seed}  {trace.method} r={s.get("r")} tau={s.get("tau")} k={s.get("k")} '
         f"l={s.get('radius')}{stale} | round {index + 1}/{len(trace.rounds)} ({rnd.label}): "
-        f"{int(rnd.accepted.sum())}/{rnd.proposed} accepted, {int(rnd.reopened.sum())} re-opened",
+        f"{counts['proposed']} proposed, {counts['accepted']} accepted, {counts['rejected']} rejected, "
+        f"{counts['reopened']} re-opened in {counts['islands']} islands",
         fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     return fig
+
+
+def legend_handles(counts: dict[str, int]) -> tuple[list, list[str]]:
+    """Legend patches and labels with the round's counts; re-opening drawn as the stripes it is."""
+    stripes = {"hatch": "////", "edgecolor": COLORS["reopened"], "linewidth": 0}
+    entries = [
+        (Rectangle((0, 0), 1, 1, facecolor=COLORS["accepted"]), f"accepted, kept ({counts['accepted_kept']})"),
+        (
+            Rectangle((0, 0), 1, 1, facecolor=COLORS["accepted"], **stripes),
+            f"accepted, re-opened by a neighbour ({counts['accepted_reopened']})",
+        ),
+        (Rectangle((0, 0), 1, 1, facecolor=COLORS["rejected"], **stripes), f"rejected ({counts['rejected']})"),
+        (Rectangle((0, 0), 1, 1, facecolor="white", **stripes), f"re-opened, resampled ({counts['reopened']})"),
+        (Rectangle((0, 0), 1, 1, facecolor=COLORS["t0"]), "t0 (first rejection)"),
+    ]
+    return [h for h, _ in entries], [label for _, label in entries]
 
 
 def gif(frames: Iterable[np.ndarray], seconds_per_frame: float = 0.6) -> bytes:

@@ -3,7 +3,7 @@
 - LLM: a random 2-layer Qwen2 saved with ``save_pretrained`` and a word-level tokenizer built
   with ``tokenizers`` holding Qwen's chat tokens, Tar's ``<im_start>``/``<S0..2>`` and one
   ``<I…>`` token per TA-Tok code, plus a Qwen-style chat template.
-- TA-Tok, AR-DTok drafter (4x4 tokens) and VQ: the golden files of ``../shared/golden/tar``.
+- TA-Tok, AR-DTok drafter (4x4 tokens) and VQ: the golden files of ``tests/data/golden_tar``.
 - AR-DTok target: a random ``llama-abs-tiny`` on an 8x8 grid (r = 2), saved as
   ``{"model": {"name", "args", "sd"}}`` exactly like the released checkpoints.
 """

@@ -39,7 +39,7 @@ def test_generate_streams_rounds_then_the_results(finished):
         assert all(x == skip for x in update[3:])
     for path in (img_ar, img_mulo, img_third):
         assert Image.open(path).size == (DISPLAY, DISPLAY)
-    assert "speed-up" in md_mulo and "acceptance" in md_mulo and "NFE target" in md_third
+    assert "speed-up" in md_mulo and "drafts" in md_mulo and "NFE target" in md_third
     traces = [Trace.from_dict(json_ar), Trace.from_dict(json_mulo)]
     assert [t.method for t in traces] == ["ar", "mulo"]
     assert traces[1].config["tau"] == 0.3

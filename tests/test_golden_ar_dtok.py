@@ -1,4 +1,4 @@
-"""Our GPT reproduces Tar's AR-DTok on the golden tiny checkpoint (shared/golden/tar)."""
+"""Our GPT reproduces Tar's AR-DTok on the golden tiny checkpoint (tests/data/golden_tar)."""
 
 import os
 

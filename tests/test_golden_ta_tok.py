@@ -1,4 +1,4 @@
-"""Decode-only TA-Tok reproduces Tar's ``decode_from_bottleneck`` on the golden tiny checkpoint (shared/golden/tar)."""
+"""Decode-only TA-Tok reproduces Tar's ``decode_from_bottleneck`` (golden tiny checkpoint)."""
 
 import copy
 import os

@@ -1,4 +1,4 @@
-"""LlamaGen VQ-16 on a diffusers VQModel reproduces Tar's tokenizer on the tiny golden file (shared/golden/tar)."""
+"""LlamaGen VQ-16 on a diffusers VQModel reproduces Tar's tokenizer on the tiny golden file (tests/data/golden_tar)."""
 
 import os
 

@@ -128,3 +128,65 @@ def test_draft_tree_figure_lays_out_nodes_and_colours_their_verdicts():
     assert "4 nodes, depth 2, 3 tried, 1 accepted" in fig.axes[0].get_title()
     rnd.tree = None
     assert "no draft tree" in viz.tree_figure(rnd, 4).axes[0].texts[0].get_text()
+
+
+def crafted_round() -> Round:
+    """A 4x4 round: every token proposed; (1, 1) rejected, its 3x3 neighbourhood re-opened (one
+    island), everything else accepted. Eight accepted drafts lie inside the re-opened square."""
+    rnd = Round.empty(0, "draft", (4, 4), np.full((4, 4), -1))
+    rnd.draft[:] = 7
+    rnd.rejected[1, 1] = 1
+    rnd.accepted[:] = 1
+    rnd.accepted[1, 1] = 0
+    rnd.reopened[0:3, 0:3] = 1
+    rnd.islands[0:3, 0:3] = 1
+    rnd.t0 = 5
+    return rnd
+
+
+def cell_shares(image: np.ndarray, grid: int, colour: str) -> np.ndarray:
+    """``[grid, grid]``: the share of each token cell's pixels in ``colour``."""
+    exact = np.all(image == viz.hex_rgb(viz.COLORS[colour]).astype(np.uint8), axis=-1)
+    side = image.shape[0] // grid
+    return exact.reshape(grid, side, grid, side).mean(axis=(1, 3))
+
+
+def test_an_accepted_draft_inside_a_re_opened_region_stays_green_under_stripes():
+    rnd = crafted_round()
+    image = viz.acceptance_map(rnd, 96)  # 24 px per token
+    green, red = cell_shares(image, 4, "accepted"), cell_shares(image, 4, "rejected")
+    amber = cell_shares(image, 4, "reopened")
+    accepted, reopened = rnd.accepted.astype(bool), rnd.reopened.astype(bool)
+    assert (green[accepted] > 0.5).all() and (green[~accepted] == 0).all()  # every verdict shows
+    assert red[1, 1] == 0  # t0 is drawn solid blue over it
+    assert (amber[reopened & (np.arange(16).reshape(4, 4) != 5)] > 0.2).all() and (amber[~reopened] == 0).all()
+    counts = viz.legend_counts(rnd)
+    assert counts == {"proposed": 16, "accepted": 15, "accepted_kept": 7, "accepted_reopened": 8, "rejected": 1,
+                      "reopened": 9, "islands": 1}  # fmt: skip
+    rnd.t0 = None
+    assert cell_shares(viz.acceptance_map(rnd, 96), 4, "rejected")[1, 1] > 0.5
+
+
+def test_the_slide_figure_states_the_rounds_counts_and_the_knobs(mulo_view):
+    view = mulo_view[0]
+    index = next(i for i, r in enumerate(view.trace.rounds) if r.rejected.any())
+    rnd, counts = view.trace.rounds[index], viz.legend_counts(view.trace.rounds[index])
+    fig = viz.round_layout(view.trace, index, view.drafts[index], view.canvases[index], size=96)
+    title = fig._suptitle.get_text()
+    assert f"{counts['proposed']} proposed, {counts['accepted']} accepted, {counts['rejected']} rejected" in title
+    assert f"{counts['reopened']} re-opened in {counts['islands']} islands" in title and "tau=0.3" in title
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"accepted, re-opened by a neighbour ({counts['accepted_reopened']})" in labels
+    assert counts["accepted_kept"] + counts["accepted_reopened"] == int(rnd.accepted.sum())
+
+
+def test_the_run_line_says_how_acceptance_and_re_opening_are_both_large():
+    from mulo.ui.text import verdict_sentence
+
+    s = {"proposed": 1024, "accepted": 744, "acceptance_rate": 744 / 1024, "rejected": 280, "reopened": 1000,
+         "reopened_fraction": 1000 / 1024}  # fmt: skip
+    assert verdict_sentence(s) == (
+        "accepted 744 of 1,024 drafts (72.7%); re-opened 1,000 tokens (97.7% of the image) around 280 rejections"
+    )
+    assert verdict_sentence({**s, "proposed": 0}) == "no drafts: the target decoded every token"
+    assert verdict_sentence({**s, "reopened": 0, "rejected": 0}) == "accepted 744 of 1,024 drafts (72.7%)"

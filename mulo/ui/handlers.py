@@ -169,13 +169,13 @@ def show_round(state, label, index, opacity, layers):
     rnd = trace.rounds[index]
     draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
     size = DISPLAY
-    token_map = viz.overlay(np.full((*rnd.draft.shape, 3), 255, np.uint8), rnd, opacity=1.0, layers=layers or ())
+    token_map = viz.acceptance_map(rnd, size, layers=layers or ())
     image_map = viz.overlay(viz.enlarge(draft, size), rnd, opacity=float(opacity), layers=layers or ())
     islands = viz.island_colors(rnd.islands, viz.enlarge(draft, size))
     finalized = viz.heatmap(viz.finalized_round(trace).astype(float), vmax=max(1, len(trace.rounds) - 1))
     return (
         save_png(viz.enlarge(draft, size), "draft"),
-        save_png(viz.enlarge(token_map, size), "tokens"),
+        save_png(token_map, "tokens"),
         save_png(image_map, "overlay"),
         save_png(islands, "islands"),
         save_png(viz.enlarge(finalized, size), "finalized"),

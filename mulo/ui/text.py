@@ -16,7 +16,9 @@ METRICS_LEGEND = """
 **NFE**: forward passes of the target and of the drafter (a CFG pair counts once) ·
 **rounds**: draft → verify → resample blocks (AR and ZipAR: one per row of work) ·
 **acceptance**: accepted draft tokens / proposed draft tokens ·
-**re-opened**: positions re-opened and resampled by the target / all positions
+**re-opened**: positions re-opened and resampled by the target / all positions; MuLo-SD re-opens the
+(2l+1)² square around each rejection after t0, so an accepted draft beside a rejection is re-opened
+too (striped green in the maps), and acceptance and re-opened can both be high
 """
 
 EXPLAINER = """
@@ -33,12 +35,11 @@ target probability pooled over the draft token and its k nearest codebook neighb
 def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
     s = trace.summary()
     speedup = f"{baseline.latency_s / trace.latency_s:.2f}×" if baseline is not None and trace is not baseline else "1×"
-    acc = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.1%}"
     c = trace.config
     lines = [
         f"**{trace.latency_s:.2f} s** · speed-up **{speedup}** · NFE target {s['nfe']['target']}, "
         f"drafter {s['nfe']['drafter']} · {s['rounds']} rounds",
-        f"acceptance {acc} · re-opened {s['reopened_fraction']:.1%}"
+        verdict_sentence(s)
         + (f" · {s['mean_accepted_length']:.2f} tokens per round" if s["mean_accepted_length"] else "")
         + (f" · {s['mean_tree_size']:.1f} tree nodes per round" if s["mean_tree_size"] else ""),
         f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
@@ -52,6 +53,21 @@ def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
     if trace.warnings:
         lines.append(f"⚠️ {plain('; '.join(trace.warnings), 600)}")
     return "  \n".join(lines)
+
+
+def verdict_sentence(s: dict) -> str:
+    """A run's drafts in words (``s``: ``Trace.summary()``): how many were accepted, and how much
+    of the image was re-opened around how many rejections, which is how both can be large at once
+    (an accepted draft next to a rejection is re-opened too)."""
+    if not s["proposed"]:
+        return "no drafts: the target decoded every token"
+    sentence = f"accepted {s['accepted']:,} of {s['proposed']:,} drafts ({s['acceptance_rate']:.1%})"
+    if s["reopened"]:
+        sentence += (
+            f"; re-opened {s['reopened']:,} tokens ({s['reopened_fraction']:.1%} of the image) around "
+            f"{s['rejected']:,} rejection{'s' if s['rejected'] != 1 else ''}"
+        )
+    return sentence
 
 
 def _kv_mode(trace: Trace) -> str:
