@@ -86,18 +86,32 @@ def replay_summary(trace: Trace, decoded: bool) -> str:
     )
 
 
+def round_legend(counts: dict[str, int]) -> str:
+    """The maps' legend with the round's counts (``viz.legend_counts``): the verdict of every
+    proposed token, and re-opening as its own (striped) layer."""
+    swatch = lambda name, mark="■": f'<span style="color:{viz.COLORS[name]}">{mark}</span>'  # noqa: E731
+    return (
+        f"{swatch('accepted')} accepted, kept **{counts['accepted_kept']}** · "
+        f"{swatch('accepted', '▨')} accepted, re-opened by a neighbour **{counts['accepted_reopened']}** · "
+        f"{swatch('rejected', '▨')} rejected **{counts['rejected']}** · "
+        f"{swatch('reopened', '▨')} re-opened and resampled **{counts['reopened']}** · {swatch('t0')} t0"
+    )
+
+
 def round_info(trace: Trace, index: int) -> str:
-    """One line on round ``index`` (a valid index) of ``trace``: its counts, t0, scores, cost."""
+    """Round ``index`` (a valid index) of ``trace``: its counts, t0, scores, cost; then the legend."""
     rnd = trace.rounds[index]
     score = rnd.score[rnd.draft >= 0]
+    counts = viz.legend_counts(rnd)
     return (
         f"**round {index + 1} / {len(trace.rounds)}** ({plain(rnd.label, 64)}) · proposed {rnd.proposed} · accepted "
-        f"{int(rnd.accepted.sum())} · rejected {int(rnd.rejected.sum())} · re-opened {int(rnd.reopened.sum())} "
+        f"{counts['accepted']} · rejected {counts['rejected']} · re-opened {counts['reopened']} "
         f"in {rnd.n_islands} island(s) · t0 = {_rc(rnd.t0, trace.grid)}"
         + (f" · score min/median {score.min():.3f}/{np.median(score):.3f}" if score.size and score.max() >= 0 else "")
         + (_tree_info(rnd.tree) if rnd.tree else "")
         + f" · NFE target {rnd.nfe.get('target', 0)}, drafter {rnd.nfe.get('drafter', 0)}"
-        + f" · {sum(rnd.timings_s.values()) * 1000:.1f} ms"
+        + f" · {sum(rnd.timings_s.values()) * 1000:.1f} ms  \n"
+        + round_legend(counts)
     )
 
 

@@ -70,6 +70,19 @@ def test_generate_scrub_click_download(page: Page, app_url):
         page.locator("#downloads a").first.click()
     assert download.value.suggested_filename.startswith("trace-")
 
+    # the legend under the maps counts what MuLo-SD's trace holds for the round shown (round 2)
+    from mulo import viz
+    from mulo.tracefile import read_trace_file
+
+    with page.expect_download(timeout=30_000) as download:
+        page.locator("#downloads a", has_text="trace-mulo").first.click()
+    trace = read_trace_file(download.value.path())
+    counts = viz.legend_counts(trace.rounds[1])
+    legend = info.inner_text()
+    assert f"accepted, kept {counts['accepted_kept']}" in legend, legend
+    assert f"accepted, re-opened by a neighbour {counts['accepted_reopened']}" in legend
+    assert f"rejected {counts['rejected']}" in legend and f"re-opened and resampled {counts['reopened']}" in legend
+
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui.png"), full_page=True)
     assert not errors, errors
