@@ -67,7 +67,7 @@ def build_demo() -> gr.Blocks:
                     elem_id="prompt",
                     scale=4,
                     max_lines=1,
-                    info="words the family knows; unknown words are reported",
+                    info=engines.prompt_info(engines.DEFAULT_FAMILY),
                 )
                 seed = SeedBox("0", label="seed", elem_id="seed", max_lines=1, scale=1, info="integer in [0, 2^63)")
                 randomize = gr.Button("🎲 randomize", scale=0)
@@ -166,6 +166,7 @@ def build_demo() -> gr.Blocks:
         replay_lane = dict(concurrency_id="replay", concurrency_limit=2, **private)
         view_lane = dict(concurrency_id="view", concurrency_limit=4, **private)
         family.input(family_knobs, family, knobs, **private)  # its recommended values and ranges
+        family.input(lambda f: gr.Textbox(info=engines.prompt_info(f)), family, prompt, **private)  # its styles
         randomize.click(lambda: str(np.random.default_rng().integers(0, 2**63)), None, seed, **private)
         gen = run.click(
             generate,

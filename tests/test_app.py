@@ -188,3 +188,17 @@ def test_bundled_example_traces_replay():
     for name in names:
         image, summary, state = handlers.load_trace(None, name)
         assert Image.open(image).size[0] >= 64
+
+
+def test_the_prompt_hint_lists_a_familys_styles(tmp_path, monkeypatch):
+    from mulo.ui import engines
+
+    assert engines.prompt_info("toy") == engines.PROMPT_INFO  # one style: the plain hint
+    (tmp_path / "emoji").mkdir()
+    styles = [{"word": "noto", "title": "Noto Emoji", "licence": "Apache-2.0"},
+              {"word": "openmoji", "title": "OpenMoji", "licence": "CC-BY-SA-4.0"}]  # fmt: skip
+    (tmp_path / "emoji" / "styles.json").write_text(json.dumps(styles))
+    monkeypatch.setattr(engines, "ASSETS_ROOT", tmp_path)
+    assert engines.prompt_info("emoji").endswith("(else any style): noto (Noto Emoji), openmoji (OpenMoji)")
+    (tmp_path / "emoji" / "styles.json").write_text("{not json")
+    assert engines.prompt_info("emoji") == engines.PROMPT_INFO  # a broken file never breaks the app

@@ -450,6 +450,41 @@ def styled_data_text(words, data_report: dict, sizes_text: str) -> tuple[str, st
     return data, licence
 
 
+MEMORISES = 2.0  # held-out loss over training loss above which the card says the target memorises
+
+
+def intended_use(report: dict, codes: int) -> str:
+    """The card's opening section: what the family is for, and what its target learnt, judged by
+    its held-out loss against its training loss (measured alike when the report has both)."""
+    target = report.get("target", {})
+    train = target.get("train_loss", target.get("final_loss"))
+    held_out = target.get("val_loss")
+    text = (
+        "## Intended use and limitations\n\n"
+        "For demonstrating, debugging and benchmarking speculative decoding of AR image models on any CPU: "
+        "small, open models whose every round can be traced and drawn. Not an emoji generator to use in "
+        "place of the graphics it was trained on, and not evidence about the image quality of large models. "
+        "Prompts are emoji names and descriptions in the mini-CLIP's vocabulary; unknown words are reported "
+        "and ignored."
+    )
+    if train is None or held_out is None:
+        return text
+    uniform = float(np.log(codes))
+    ratio = held_out / max(train, 1e-9)
+    if ratio > MEMORISES:
+        return text + (
+            f"\n\n**The target memorises its training images.** Training loss {train:.3g} nats per token, "
+            f"held-out loss {held_out:.3g} ({ratio:,.0f}x; uniform over the {codes} codes is {uniform:.2f}): its "
+            "conditionals are all but one-hot, so a prompt draws the same image whatever the seed, τ and "
+            "codebook pooling change nothing, and one wrong committed token derails the image. It shows the "
+            "engine's mechanics, not MuLo-SD's trade-offs, which need a target that generalises."
+        )
+    return text + (
+        f"\n\nHeld-out loss {held_out:.3g} nats per token against a training loss of {train:.3g} "
+        f"({ratio:.2f}x; uniform over the {codes} codes is {uniform:.2f})."
+    )
+
+
 def stage_hardware(entry: dict) -> str:
     """A report entry's hardware cell; for a stage resumed on other hardware, which ran which steps."""
     if "segments" not in entry:
@@ -527,6 +562,8 @@ def write_model_card(
 
 Trained by `python -m mulo train {family}` (hardware per stage below). Its images are {px}x{px} emoji,
 {side}x{side} target tokens; every model runs on a CPU and loads with no network access.
+
+{intended_use(report, vq["num_vq_embeddings"])}
 
 ## Data and license
 

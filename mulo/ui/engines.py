@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -20,6 +21,30 @@ DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", DEFAULT_FAMILY)
 
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
+
+
+PROMPT_INFO = "words the family knows; unknown words are reported"
+
+
+def styles_of(family: str) -> list[dict]:
+    """The drawing styles a trained family's prompts may name (its ``styles.json``: word, title,
+    licence), read without loading the family; [] for families with one style."""
+    if family not in TRAINED:
+        return []
+    path = ASSETS_ROOT / family / "styles.json"
+    try:
+        return json.loads(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError):
+        return []
+
+
+def prompt_info(family: str) -> str:
+    """The prompt box's hint: with the style words when the family has several styles."""
+    styles = styles_of(family)
+    if not styles:
+        return PROMPT_INFO
+    words = ", ".join(f"{s['word']} ({s['title']})" for s in styles)
+    return f"{PROMPT_INFO}; end with a style word to pick one (else any style): {words}"
 
 
 def engine_for(family: str) -> Engine:
