@@ -44,7 +44,9 @@ if TYPE_CHECKING:  # the engine pulls in diffusers: the CLI's --help lists SPECS
 # drafting; v2 = island resampling and ZipAR-parallel drafting (the paper's two versions).
 SPECS: dict[str, tuple[str, dict]] = {
     "ar": ("ar", {}),
-    "zipar": ("zipar", {}),
+    "zipar": ("zipar", {}),  # window 4, the baseline's default
+    "zipar-w8": ("zipar", {"zipar_window": 8}),
+    "zipar-w16": ("zipar", {"zipar_window": 16}),
     "sjd": ("sjd", {}),
     "sd": ("sd", {}),
     "lantern": ("lantern", {}),
@@ -357,7 +359,7 @@ def save(result: dict, out_dir: Path | None, json_path: Path | None) -> None:
 # quality, and ahead of the baselines that also keep it (the paper's ordering).
 GOALS = {"mulo-v2-r2": {"nfe_speedup": 2.0, "speedup": 1.6}, "mulo-v2-r4": {"nfe_speedup": 3.5, "speedup": 2.5}}
 QUALITY_TOLERANCE = {"fd": 0.10, "adherence": 0.03}  # FD within 10 % of AR's, adherence within 3 points
-ORDERING_BASELINES = ("zipar", "sjd", "sd", "lantern", "eagle2")
+ORDERING_BASELINES = ("zipar", "zipar-w8", "zipar-w16", "sjd", "sd", "lantern", "eagle2")
 NAMES = {"nfe_speedup": "by NFE", "speedup": "wall-clock"}
 
 
