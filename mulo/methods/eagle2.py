@@ -13,9 +13,11 @@ One round, with the committed prefix ending in the root token at position n:
 4. the accepted nodes' K/V move to their own slots; the correction (or bonus) token becomes the
    next root. Every round commits at least one token and the output follows the target exactly.
 
-The paper's point (``../shared/docs/ALGORITHMS.md`` section 5): image tokens are ambiguous, so
-drafter confidence is low everywhere, trees stay shallow, and the accepted length barely pays
-for the drafting passes and the wider verification.
+Why it gains little on AR image models (MuLo-SD's paper compares with it on LlamaGen; LANTERN's
+starts from the same observation): image tokens are ambiguous, so drafter confidence is low
+everywhere, trees stay shallow, and the accepted length barely pays for the drafting passes and
+the wider verification. A round pays off only when the tokens it commits are worth more target
+steps than its head passes and its tree pass cost.
 """
 
 from __future__ import annotations

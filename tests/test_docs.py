@@ -1,0 +1,143 @@
+"""The README is a short product page and docs/ holds the rest: these checks fail when either drifts
+(a long README, a broken Spaces header, a dead link, a pointer to notes outside the repository)."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+# Private notes that live outside the repository: nothing shipped may point at them.
+OUTSIDE = ("../shared", "ALGORITHMS.md", "DESIGN.md", "ECOSYSTEM.md")
+LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def first_line(lines: list[str], wanted: str) -> int | None:
+    """1-based number of the first line that is exactly ``wanted`` (stripped), or None."""
+    return next((i for i, line in enumerate(lines, 1) if line.strip() == wanted), None)
+
+
+def front_matter() -> str:
+    text = README.read_text(encoding="utf-8")
+    assert text.startswith("---\n"), "README.md must open with the Spaces front matter (---)"
+    end = text.find("\n---\n", 3)
+    assert end > 0, "the front matter has no closing ---"
+    return text[4 : end + 1]
+
+
+def parse_front_matter(block: str) -> dict:
+    try:
+        import yaml
+    except ImportError:  # top-level `key: value` lines only; lists and nesting are not needed here
+        data = {}
+        for line in block.splitlines():
+            if line and not line[0].isspace() and ":" in line:
+                key, value = line.split(":", 1)
+                data[key.strip()] = value.strip().strip("\"'") or None
+        return data
+    data = yaml.safe_load(block)
+    assert isinstance(data, dict), "the front matter is not a YAML mapping"
+    return data
+
+
+def relative_links(path: Path) -> list[str]:
+    """Link targets of a Markdown page outside fenced code, without web links and pure anchors."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    targets = [m.group(1) for m in LINK.finditer(text)]
+    return [t for t in targets if not re.match(r"^(https?:|mailto:|#)", t)]
+
+
+def test_the_docs_exist():
+    names = {p.name for p in DOCS}
+    assert {"method.md", "design.md", "testing.md", "hosting.md", "tar.md", "history.md"} <= names
+
+
+def test_readme_is_short_and_leads_with_the_commands_and_results():
+    lines = lines_of(README)
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines (at most 200)"
+    head = lines[:80]
+    for heading in ("## Run the demo", "## Run the tests", "## Results"):
+        at = first_line(lines, heading)
+        assert at is not None and at <= 80, f"{heading!r} must be within the first 80 lines (found at {at})"
+    demo, tests = first_line(lines, "## Run the demo"), first_line(lines, "## Run the tests")
+    assert any("python app.py" in line for line in head[demo:]), "the demo command must follow its heading"
+    assert any(line.strip() == "python -m pytest -q" for line in head[tests:]), "the test command must follow"
+
+
+def test_readme_links_every_doc():
+    linked = {(README.parent / t.split("#")[0]).resolve() for t in relative_links(README)}
+    missing = [p.name for p in DOCS if p.resolve() not in linked]
+    assert not missing, f"README.md does not link {missing}"
+
+
+def test_spaces_front_matter_parses_and_pins_the_installed_gradio():
+    data = parse_front_matter(front_matter())
+    assert data.get("sdk") == "gradio"
+    assert data.get("app_file") == "app.py"
+    assert (REPO / str(data["app_file"])).is_file()
+    assert str(data.get("sdk_version")) == version("gradio"), "sdk_version must be the installed gradio"
+
+
+def broken_links(folder: Path, targets: list[str]) -> list[str]:
+    """The targets (relative to ``folder``) that name no file or folder inside the repository."""
+    broken = []
+    for target in targets:
+        path = (folder / target.split("#", 1)[0]).resolve()
+        if not path.exists():
+            broken.append(target)
+        elif path != REPO and REPO not in path.parents:
+            broken.append(f"{target} (outside the repository)")
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(page: Path):
+    broken = broken_links(page.parent, relative_links(page))
+    assert not broken, f"{page.name}: links that resolve to nothing in the repository: {broken}"
+
+
+def test_the_link_check_has_power(tmp_path):
+    page = REPO / "docs" / "page.md"  # never written: only its folder matters
+    assert broken_links(page.parent, ["method.md", "../tests/data/golden_tar/PROVENANCE.md#x"]) == []
+    assert broken_links(page.parent, ["metod.md", "../README.md#x"]) == ["metod.md"]
+    outside = tmp_path / "x.md"
+    outside.write_text("x")
+    assert broken_links(REPO, [str(outside)]) == [f"{outside} (outside the repository)"]
+    fake = tmp_path / "fake.md"
+    fake.write_text("[a](gone.md#x) [b](https://e.org) [c](#top)\n```\n[d](in-code.md)\n```\n")
+    assert relative_links(fake) == ["gone.md#x"]
+    assert any("PROVENANCE.md" in t for t in relative_links(REPO / "docs" / "testing.md"))
+
+
+def shipped_text_files() -> list[Path]:
+    files = [*PAGES, REPO / "app.py"]
+    files += [p for p in (REPO / "mulo").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return files
+
+
+def test_nothing_points_outside_the_repository():
+    found = []
+    for path in shipped_text_files():
+        text = path.read_bytes().decode("utf-8", errors="ignore")
+        found += [f"{path.relative_to(REPO)}: {name}" for name in OUTSIDE if name in text]
+    assert not found, f"pointers to notes outside the repository: {found}"
+
+
+def test_readme_holds_the_ci_test_command():
+    script = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    commands = re.findall(r"^(?:\w+=\S+\s+)*(python -m pytest\b[^\n#]*)", script, re.MULTILINE)
+    assert commands, ".ci/run runs no pytest command"
+    readme = {line.strip() for line in lines_of(README)}
+    for command in commands:
+        assert command.strip() in readme, f"README.md must give .ci/run's test command {command.strip()!r}"
