@@ -219,7 +219,12 @@ def _fmt(value) -> str:
 
 
 def _text_mix(mix: dict) -> str:
-    if not mix["short"]:
+    if mix.get("name_style"):
+        return (
+            f"the emoji's name with probability {mix['name']}, its name followed by the image's style word "
+            f"with probability {mix['name_style']}, else its full description (which names the style)"
+        )
+    if not mix.get("short"):
         return f"the emoji's name with probability {mix['name']}, else its full description"
     return (
         f"the emoji's name with probability {mix['name']}, a short prompt with probability {mix['short']}: one of "
