@@ -75,7 +75,7 @@ def test_generate_scrub_click_download(page: Page, app_url):
     from mulo.tracefile import read_trace_file
 
     with page.expect_download(timeout=30_000) as download:
-        page.locator("#downloads a", has_text="trace-mulo").first.click()
+        page.locator("#downloads a[href*='trace-mulo']").first.click()
     trace = read_trace_file(download.value.path())
     counts = viz.legend_counts(trace.rounds[1])
     legend = info.inner_text()
