@@ -190,3 +190,22 @@ def test_the_run_line_says_how_acceptance_and_re_opening_are_both_large():
     )
     assert verdict_sentence({**s, "proposed": 0}) == "no drafts: the target decoded every token"
     assert verdict_sentence({**s, "reopened": 0, "rejected": 0}) == "accepted 744 of 1,024 drafts (72.7%)"
+
+
+def test_a_real_rounds_map_shows_every_verdict_the_trace_holds(mulo_view):
+    """Pixels of the figure's token panel against the trace's masks, on a run of the engine: every
+    accepted draft is mostly green (re-opened or not), every rejected one mostly red, and stripes
+    lie on re-opened cells only."""
+    view = mulo_view[0]
+    rounds = [r for r in view.trace.rounds if r.proposed]
+    assert rounds
+    for rnd in rounds:
+        rnd_no_t0 = Round(**{**rnd.__dict__, "t0": None})
+        side = rnd.draft.shape[0]
+        image = viz.acceptance_map(rnd_no_t0, 24 * side)
+        green, red = cell_shares(image, side, "accepted"), cell_shares(image, side, "rejected")
+        amber = cell_shares(image, side, "reopened")
+        accepted, rejected = rnd.accepted.astype(bool), rnd.rejected.astype(bool)
+        assert (green[accepted] > 0.5).all() and (red[rejected] > 0.5).all()
+        assert (green[~accepted] == 0).all() and (red[~rejected] == 0).all()
+        assert (amber[rnd.reopened.astype(bool)] > 0.2).all() and (amber[~rnd.reopened.astype(bool)] == 0).all()
