@@ -2,7 +2,7 @@
 
 ``python app.py [--host H] [--port P]`` serves it (127.0.0.1:7860 by default; ``MULO_FAMILY``
 picks the default family); on Hugging Face Spaces the same file is the app. This file is the
-layout; the handlers are in ``mulo.ui.handlers``, the pictures in ``mulo.viz``, the runs in ``mulo.views``.
+layout; the handlers are in ``mulo.ui.handlers``, the pictures in ``mulo.ui.viz``, the runs in ``mulo.ui.views``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 import gradio as gr
 import numpy as np
 
-from mulo.inputs import RawDropdown, RawText, SeedBox
 from mulo.tracefile import MAX_TRACE_BYTES
 from mulo.ui import engines
 from mulo.ui.files import OUT_DIR, example_traces
@@ -30,6 +29,7 @@ from mulo.ui.handlers import (
     step_round,
     token_info,
 )
+from mulo.ui.inputs import RawDropdown, RawText, SeedBox
 from mulo.ui.knobs import KNOBS, baselines, default_config, default_limits, family_knobs, knob_component
 from mulo.ui.text import EXPLAINER, METRICS_LEGEND
 

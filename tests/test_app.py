@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mulo import viz
 from mulo.trace import Trace
-from mulo.ui import handlers
+from mulo.ui import handlers, viz
 from mulo.ui.files import DISPLAY, example_traces
 from mulo.ui.knobs import KNOBS, family_knobs
 from mulo.ui.text import describe_token

@@ -5,10 +5,9 @@ from functools import partial
 import pytest
 import torch
 
-from mulo import draft_tree
-from mulo.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, TreeVerdict, verify_tree
 from mulo.families import toy
-from mulo.methods import ar, eagle2
+from mulo.methods import ar, draft_tree, eagle2
+from mulo.methods.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, TreeVerdict, verify_tree
 from mulo.models.eagle import head_for
 from mulo.models.gpt import init_random_
 from mulo.runner import ModelRunner

@@ -14,8 +14,8 @@ SOURCES = sorted((REPO / "mulo").rglob("*.py")) + [REPO / "app.py"]
 FORBIDDEN = {
     "mulo.models": ("mulo.runner", "mulo.methods", "mulo.engine", "mulo.families", "mulo.eval", "mulo.ui"),
     "mulo.runner": ("mulo.methods", "mulo.engine", "mulo.families", "mulo.eval", "mulo.ui", "mulo.trace"),
-    "mulo.methods": ("mulo.engine", "mulo.families", "mulo.eval", "mulo.ui", "mulo.views", "mulo.viz"),
-    "mulo.engine": ("mulo.eval", "mulo.ui", "mulo.views", "mulo.viz"),
+    "mulo.methods": ("mulo.engine", "mulo.families", "mulo.eval", "mulo.ui", "mulo.ui.views", "mulo.ui.viz"),
+    "mulo.engine": ("mulo.eval", "mulo.ui", "mulo.ui.views", "mulo.ui.viz"),
     "mulo.families": ("mulo.engine", "mulo.methods", "mulo.eval", "mulo.ui"),
     "mulo.eval": ("mulo.ui",),
     "mulo.config": ("mulo.",),
@@ -23,7 +23,7 @@ FORBIDDEN = {
 }
 # gradio belongs to the app: the engine and everything under it run without it (CLI, benchmark)
 NO_GRADIO = ("mulo.models", "mulo.runner", "mulo.methods", "mulo.engine", "mulo.families", "mulo.eval",
-             "mulo.config", "mulo.trace", "mulo.viz", "mulo.views", "mulo.train")  # fmt: skip
+             "mulo.config", "mulo.trace", "mulo.ui.viz", "mulo.ui.views", "mulo.train")  # fmt: skip
 
 
 def module_name(path: Path) -> str:

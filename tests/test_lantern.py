@@ -10,9 +10,9 @@ p = (0.10, 0.30, 0.15, 0.25, 0.12, 0.08).
 import pytest
 import torch
 
-from mulo.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, verify_tree
 from mulo.families import toy
 from mulo.methods import ar, lantern
+from mulo.methods.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, verify_tree
 from mulo.methods.lantern import Pooling, greedy_verdict
 from mulo.models.eagle import head_for
 from mulo.models.gpt import init_random_

@@ -1,6 +1,5 @@
 """Every decoding method on the toy family: invariants, equivalences and determinism."""
 
-import copy
 
 import numpy as np
 import pytest
@@ -268,13 +267,6 @@ def test_a_failed_request_leaves_the_engine_usable(engine):
     stream.close()  # abandoned mid-run (a Stop button): the lock must be released
     assert not engine.lock.locked()
     assert (tokens(engine, "mulo").tokens >= 0).all()
-
-
-def test_family_copy_is_independent():
-    fam = toy.build()
-    other = copy.copy(fam)
-    other.draft_model = None
-    assert fam.draft_model is not None
 
 
 def test_lantern_has_its_own_neighbourhood(engine):

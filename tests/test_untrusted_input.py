@@ -15,14 +15,13 @@ import numpy as np
 import pytest
 
 import app
-from mulo import viz
-from mulo.markdown import plain
-from mulo.tempfiles import TempFiles
 from mulo.trace import Trace, grid_json
 from mulo.tracefile import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB
 from mulo.ui import files as ui_files
-from mulo.ui import handlers
-from mulo.views import replay_view
+from mulo.ui import handlers, viz
+from mulo.ui.markdown import plain
+from mulo.ui.tempfiles import TempFiles
+from mulo.ui.views import replay_view
 from tests.helpers import REPO
 from tests.hostile_traces import corpus
 
@@ -151,7 +150,7 @@ def test_markup_in_a_trace_file_is_shown_as_text(base_trace, tmp_path):
 
 
 def test_round_pictures_of_a_replay_are_drawn_on_demand(base_trace, toy, monkeypatch):
-    from mulo import views
+    from mulo.ui import views
 
     calls = []
     original = views.Painter.__call__

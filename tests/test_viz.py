@@ -1,4 +1,4 @@
-"""Drawing functions (mulo.viz) and the pictures of a run (mulo.views)."""
+"""Drawing functions (mulo.ui.viz) and the pictures of a run (mulo.ui.views)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from mulo import viz
 from mulo.engine import Engine
 from mulo.families import toy
 from mulo.streams import Returning
 from mulo.trace import Round
-from mulo.views import replay_view, stream_view
+from mulo.ui import viz
+from mulo.ui.views import replay_view, stream_view
 
 
 @pytest.fixture(scope="module")

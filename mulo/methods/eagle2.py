@@ -1,6 +1,6 @@
 """EAGLE-2 (Li et al. 2024): a feature-level draft head grows a dynamic draft tree, the target
 verifies the whole tree in one pass with a tree attention mask, and a lossless walk accepts a
-path of it (``mulo.draft_tree``).
+path of it (``mulo.methods.draft_tree``).
 
 One round, with the committed prefix ending in the root token at position n:
 1. the head catches up on the target's features of the tokens committed last round and guesses
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from mulo.draft_tree import ACCEPTED, REJECTED, DraftTree, verify_tree
 from mulo.methods.common import DecodeContext
+from mulo.methods.draft_tree import ACCEPTED, REJECTED, DraftTree, verify_tree
 from mulo.sampling import cfg_combine
 
 

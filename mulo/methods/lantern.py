@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import torch
 
-from mulo.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, TreeVerdict, verify_tree
 from mulo.methods import eagle2
 from mulo.methods.common import DecodeContext
+from mulo.methods.draft_tree import ACCEPTED, REJECTED, UNTRIED, DraftTree, TreeVerdict, verify_tree
 from mulo.sampling import lantern_greedy_accepts, lantern_relaxed
 
 
@@ -66,7 +66,7 @@ class Pooling:
         return torch.cat([alone, self.nearest[draft]]) if pooled else alone
 
     def test(self, probs: torch.Tensor, draft: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tree walk's test (``mulo.draft_tree.verify_tree``): p~(x) and the codes dropped."""
+        """The tree walk's test (``mulo.methods.draft_tree.verify_tree``): p~(x) and the codes dropped."""
         p_tilde, pooled = self.relaxed(probs[None], torch.tensor([draft]))
         return p_tilde[0], self.dropped(draft, bool(pooled[0]))
 

@@ -1,6 +1,6 @@
 """The demo's logic behind its layout, one module per job.
 
-Layering: ``app.py`` (the layout) -> ``mulo.ui`` -> ``mulo.engine`` (and ``mulo.views``, ``mulo.viz``).
+Layering: ``app.py`` (the layout) -> ``mulo.ui`` -> ``mulo.engine`` (and ``mulo.ui.views``, ``mulo.ui.viz``).
 Inside ``mulo.ui`` each module imports only those listed before it:
 
 - ``engines``: the shared engine of each family, loaded once (``engine_for``, ``loaded``).

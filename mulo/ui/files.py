@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mulo import viz
-from mulo.tempfiles import TempFiles
+from mulo.ui import viz
+from mulo.ui.tempfiles import TempFiles
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = ROOT / "assets" / "examples"

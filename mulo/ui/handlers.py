@@ -12,19 +12,18 @@ import time
 import gradio as gr
 import numpy as np
 
-from mulo import viz
 from mulo.config import ConfigError
-from mulo.inputs import GenerateRequest, parse_request
-from mulo.markdown import plain
-from mulo.spaces_compat import gpu
 from mulo.streams import Returning
 from mulo.trace import Trace
 from mulo.tracefile import MAX_TRACE_BYTES, TraceError, parse, read_json_file
-from mulo.ui import engines
+from mulo.ui import engines, viz
 from mulo.ui.files import DISPLAY, EXAMPLES_DIR, example_traces, save_bytes, save_png, shown
+from mulo.ui.inputs import GenerateRequest, parse_request
 from mulo.ui.knobs import KNOBS, baselines, family_limits, method_knobs, method_plan
+from mulo.ui.markdown import plain
+from mulo.ui.spaces_compat import gpu
 from mulo.ui.text import describe_token, replay_summary, round_info, stats_markdown
-from mulo.views import RunView, replay_view, stream_view
+from mulo.ui.views import RunView, replay_view, stream_view
 
 STATE_TTL_S = 3600  # a session's runs are dropped an hour after its last request (API sessions never close)
 MAX_GIF_FRAMES = 48  # a GIF of a long run shows this many rounds, evenly spaced

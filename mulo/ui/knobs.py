@@ -7,8 +7,8 @@ import gradio as gr
 
 from mulo import methods
 from mulo.config import DRAFTING, RESAMPLING, UPSAMPLERS, GenerationConfig
-from mulo.inputs import RawRadio, RawSlider
 from mulo.ui import engines
+from mulo.ui.inputs import RawRadio, RawSlider
 
 # Every knob of the Advanced accordion: (name, label, one-line explanation, choices or (min, max, step)).
 # Names are GenerationConfig's keys; the values shown are the default family's recommended ones.

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mulo import viz
-from mulo.markdown import plain
 from mulo.trace import Trace
+from mulo.ui import viz
+from mulo.ui.markdown import plain
 
 METRICS_LEGEND = """
 **wall time**: seconds from request to decoded image on this machine (drawing excluded) ·

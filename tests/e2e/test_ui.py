@@ -71,8 +71,8 @@ def test_generate_scrub_click_download(page: Page, app_url):
     assert download.value.suggested_filename.startswith("trace-")
 
     # the legend under the maps counts what MuLo-SD's trace holds for the round shown (round 2)
-    from mulo import viz
     from mulo.tracefile import read_trace_file
+    from mulo.ui import viz
 
     with page.expect_download(timeout=30_000) as download:
         page.locator("#downloads a[href*='trace-mulo']").first.click()

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mulo import viz
 from mulo.models.vq import to_uint8
 from mulo.streams import Returning
 from mulo.trace import Round, Trace
+from mulo.ui import viz
 
 
 @dataclass
