@@ -149,7 +149,10 @@ def test_token_history_names_its_rounds(finished):
     rnd, (row, col) = rejected[0]
     text = describe_token(trace, int(row), int(col), 0.3)
     assert f"round {rnd.index + 1}" in text and "rejected" in text and "resampled in wave" in text
-    assert "vs τ 0.3" in text
+    assert "pooled target probability" in text and "vs τ 0.3" in text
+    sd_trace = Trace(**{**trace.__dict__, "method": "sd"})  # other methods' scores are acceptance probabilities
+    sd_text = describe_token(sd_trace, int(row), int(col), 0.3)
+    assert "acceptance probability" in sd_text and "τ" not in sd_text
 
 
 def test_exports_figure_and_gif(finished):

@@ -21,7 +21,7 @@ def fake_measure(engine, label, prompt, seed, overrides=None):
         passes = 10 + 8 * s["radius"] + (5 if s["tau"] < 0.1 else 0) + (3 if label.endswith("r2") else 0)
         good = s["radius"] > 0 and s["tau"] < 0.3 and s["k"] == 0
     image = np.full((2, 2, 3), 255 if good else 0, np.uint8)
-    return bench.Request(0.1, int(passes), 16, 0.5, 0.2, 3, 0.01, image)
+    return bench.Measured(0.1, int(passes), 16, 0.5, 0.2, 3, 0.01, image)
 
 
 class FakeQuality:

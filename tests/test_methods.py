@@ -1,6 +1,5 @@
 """Every decoding method on the toy family: invariants, equivalences and determinism."""
 
-
 import numpy as np
 import pytest
 import torch

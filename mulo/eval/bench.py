@@ -89,7 +89,9 @@ def nfe_speedup(row: dict, ar_row: dict, cost: float) -> float:
 
 
 @dataclass
-class Request:
+class Measured:
+    """What one request measured (latency, passes, acceptance, its image): one row's raw material."""
+
     latency: float
     nfe_target: int
     nfe_drafter: int
@@ -114,11 +116,11 @@ def runnable(engine: Engine, label: str, overrides: dict | None = None) -> str |
     return None
 
 
-def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict | None = None) -> Request:
+def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict | None = None) -> Measured:
     method, knobs = SPECS[label]
     result = engine.generate(prompt, method, seed, {**knobs, **(overrides or {})})
     s = result.trace.summary()
-    return Request(
+    return Measured(
         latency=s["latency_s"],
         nfe_target=s["nfe"]["target"],
         nfe_drafter=s["nfe"]["drafter"],
@@ -148,11 +150,12 @@ def verification_pass_seconds(engine: Engine, prompt: str) -> float:
 
 
 def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str], quality: Quality | None, warmup=1):
-    """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)]; returns {label: row}."""
+    """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)], each label's order rotated per
+    prompt; returns ``({label: row}, one verification pass in seconds, the pass costs)``."""
     for label in labels:  # warm-up: allocator, caches, lazily built tables
         for i in range(warmup):
             measure(engine, label, prompts[i % len(prompts)][1], 10_000 + i)
-    records: dict[str, list[Request]] = {label: [] for label in labels}
+    records: dict[str, list[Measured]] = {label: [] for label in labels}
     for i, (_, prompt) in enumerate(prompts):
         shift = i % len(labels)
         for label in labels[shift:] + labels[:shift]:
@@ -170,7 +173,7 @@ def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str],
     return rows, one_pass, costs
 
 
-def cost_speedup(recs: list[Request], ar: list[Request], costs: pass_costs.PassCosts, drafter: str | None) -> float:
+def cost_speedup(recs: list[Measured], ar: list[Measured], costs: pass_costs.PassCosts, drafter: str | None) -> float:
     """Median over requests of AR's passes / the method's, each pass priced by model and width."""
     return statistics.median(
         costs.request(a.pass_widths, None) / costs.request(r.pass_widths, drafter)
@@ -178,7 +181,7 @@ def cost_speedup(recs: list[Request], ar: list[Request], costs: pass_costs.PassC
     )
 
 
-def summarise(recs: list[Request], ar: list[Request] | None, one_pass: float, quality, keys, ideal=True) -> dict:
+def summarise(recs: list[Measured], ar: list[Measured] | None, one_pass: float, quality, keys, ideal=True) -> dict:
     lat = [r.latency for r in recs]
     row = {
         "latency_s": statistics.median(lat),

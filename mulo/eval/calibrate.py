@@ -35,7 +35,7 @@ SEARCH: dict[str, tuple] = {
 }
 
 
-def _row(records: list[bench.Request], quality: Quality | None, keys: list[str]) -> dict:
+def _row(records: list[bench.Measured], quality: Quality | None, keys: list[str]) -> dict:
     row = {
         "nfe": {
             "target": float(np.mean([r.nfe_target for r in records])),

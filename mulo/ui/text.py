@@ -124,6 +124,15 @@ def _rc(t0, grid) -> str:
     return "none" if t0 is None else f"row {t0 // grid[1]}, col {t0 % grid[1]}"
 
 
+def _score_words(method: str, score: float, tau: float) -> str:
+    """What a round's score of a draft is, per method (``Round.score``)."""
+    if method == "mulo":
+        return f"pooled target probability {score:.3f} vs τ {tau}"
+    if method in ("lantern", "lantern_chain"):
+        return f"relaxed acceptance probability min(1, p̃/q) {score:.3f}"
+    return f"acceptance probability {score:.3f}"
+
+
 def describe_token(trace: Trace, row: int, col: int, tau: float) -> str:
     lines = [
         f"**token (row {row}, col {col})**: final code {int(trace.tokens[row, col])}, final after round "
@@ -136,7 +145,7 @@ def describe_token(trace: Trace, row: int, col: int, tau: float) -> str:
         if rnd.draft[row, col] >= 0:
             score = float(rnd.score[row, col])
             verdict = "accepted" if rnd.accepted[row, col] else ("rejected" if rnd.rejected[row, col] else "not tested")
-            test = f", score {score:.3f} vs τ {tau}" if score >= 0 else ""
+            test = f", {_score_words(trace.method, score, tau)}" if score >= 0 else ""
             parts.append(f"draft code {int(rnd.draft[row, col])}{test} → {verdict}")
         if rnd.reopened[row, col]:
             parts.append(f"re-opened (island {int(rnd.islands[row, col])})")
