@@ -301,111 +301,18 @@ def _proxy_weight(budget: dict) -> str:
     )
 
 
-# How the recipe and defaults.json were chosen: fixed text at the end of every card, so a retrain keeps
-# the story that the code's comments only point to.
-HISTORY_64 = """## History
-
-How the recipe and the recommended settings in `defaults.json` were chosen: each entry names the
-setting, why it is so, and what was measured on the weights it names (v1 and v2: 512 codes; v3: 32
-codes, run `twemoji-v11`). The metrics above are always those of the weights this card ships.
-
-- **32 VQ codes, not 512** (`num_vq_embeddings`; v3). A coarse codebook is what lets a low-res
-  draft name the high-res code. Same recipe, VQ stage alone, validation split: 512 / 128 / 32
-  codes give PSNR at 64 px 25.2 / 24.2 / 23.2 dB, a perfect drafter's agreement with the 64 px
-  codes 0.21 / 0.33 / 0.50 at r = 2 and 0.09 / 0.19 / 0.34 at r = 4, and VQ reconstructions that
-  score adherence 0.87 / 0.89 / 0.88 (120 prompts).
-- **No guidance** (`cfg` 1, with `top_p` 0.8; v2). These models memorise their ~1,900 emoji, and
-  classifier-free guidance pushes them off the images they know: on 40 prompts, AR adherence 0.05
-  at cfg 4, 0.23 at cfg 1, 0.48 at cfg 1 with top-p 0.8.
-- **No codebook pooling** (`k` 0). The target has memorised which code each image uses, and a
-  pooled neighbour it gives ~0 probability derails it: 40 prompts, r = 2, 32 codes (v3): adherence
-  0.425 at k 0, 0.25 at k 1 (AR 0.475); with 512 codes (v2): 0.35 at k 0, 0.075 at k 8.
-- **τ 0.1** (`tau`; v3). The target's probabilities of draft codes are near 0 or large, so τ 0.03
-  accepts the same share (0.52) with the same adherence.
-- **The whole low-res image in one round** (`rows_per_block` 8, every row at r = 2 and r = 4; v2).
-  The VQ encoder sees the image below a row too, so re-encoding one up-sampled row strip
-  reproduced 6 % of the 64 px codes even from a perfect 32 px draft, the whole image 22 %. Over
-  120 prompts at r = 2: acceptance 0.042 -> 0.22 (flat tokens 0.33, detailed 0.09), adherence
-  0.70 -> 0.65 (AR 0.74).
-- **Radius l = 2** (`radius`; v3): the paper's protocol, τ and l calibrated until MuLo-SD's quality
-  matches the baseline's. 120 prompts, adherence / FD at r = 2: 0.658 / 0.392 at l = 1, 0.750 /
-  0.359 at l = 2, 0.750 / 0.351 at l = 3 (AR 0.758 / 0.352); at r = 4: 0.558 / 0.492, 0.717 /
-  0.371, 0.725 / 0.346.
-- **No short prompts in the AR text augmentation** (`ar_text_mix` short 0). With 0.2 of them
-  (name 0.5, description 0.3; run `twemoji-v9`, 512 codes, same budget) AR adherence to one-word
-  prompts rose from 0.11 to 0.28 (87 prompts) but to names fell from 0.74 to 0.67 (120 prompts),
-  and "pizza" still failed 4 of 4 seeds: the AR models see each of ~4,100 short prompts about six
-  times at this budget. Short names are resolved by `aliases.json` instead.
-- **Plain teacher forcing** (`input_noise` 0). With 15 % of the input tokens replaced by random
-  codes from 62 % of each stage's steps on (the v1 recipe), the target, at a training loss of 0.34
-  nats per token when the noise started, ended at a clean loss of 0.66 on the evaluation emoji;
-  without the noise it ended at 0.17 (training loss), and AR adherence on 40 prompts at cfg 1 rose
-  from 0.05 to 0.23. The AR models here memorise ~1,900 emoji; exact context is what lets them.
-"""
+# How each family's recipe and defaults.json were chosen: fixed text at the end of every card
+# (``history/FAMILY.md``), so a retrain keeps the story that the code's comments only point to. The
+# 32x32-token family's VQ study above it is generated from the run's report.
+HISTORY_DIR = Path(__file__).resolve().parent / "history"
 
 
-# The 32x32-token family's story (the VQ study above it is generated from the run's report).
-HISTORY_128 = """## History
+def history(family: str) -> str:
+    """The family's fixed History section ("" for a family without one yet)."""
+    path = HISTORY_DIR / f"{family}.md"
+    return path.read_text() if path.exists() else ""
 
-Why this family exists and how its recipe was chosen; the numbers name the weights they were
-measured on.
 
-- **32x32 tokens, not 16x16.** On `twemoji-64` (64 px, 16x16 tokens) MuLo-SD was slower than AR:
-  a 16x16 grid of 4 px tokens is too coarse for a low-res draft to name the high-res codes. With
-  that family's 32-code VQ and a perfect drafter on 96 validation emoji, exact-match agreement at
-  r = 2 was 0.50 at 64 px and 0.65 at 128 px; the sequential-pass bound at l = 1 grew to 2.0x
-  (ZipAR window 8 inside the islands) at 128 px, 3.1x at r = 4.
-- **A target trained for parallel decoding.** Measured first on `twemoji-64`'s target, trained
-  plain: on 194 training emoji its teacher-forced loss is 0.261 nats per token with the causal
-  mask and 0.272 / 0.306 / 0.417 when ZipAR's window 8 / 4 / 2 hides the row above; small per
-  token, but summed over an image it takes generation off the memorised emoji (that family's
-  benchmark: ZipAR with window 4 at adherence 0.17, AR 0.42). So half of the steps of this target
-  and its drafters train under ZipAR's mask (`zipar_share`); the report's `val_loss_zipar_w4` /
-  `_w8` give the gap each is left with.
-- **The first run's target** (16,000 steps at batch 16 in five cosine cycles, each peak half the one
-  before, about 12 h on 2 CPU cores; its weights were lost with that machine). After the first 4,000
-  steps (training loss 0.30) it drew emoji-shaped colour blobs (adherence 0.0 on 24 evaluation
-  prompts), its loss still falling fast when the learning rate reached zero; at step 8,000 faces with
-  features (AR 0.17); at 12,000 AR adherence 0.54 but ZipAR w8 0.04: decoding predicted each row's
-  first token from ZipAR's row-end proxy, which training had never fed (its loss there 1.66 nats
-  against 0.11 causal). Trained on the proxies (`zipar.training_inputs`) from step 12,000, at step
-  14,000 AR reached 0.575 and ZipAR w8 0.383 over the 120 prompts (FD 0.51 and 0.65): ZipAR's samples
-  still left their emoji at a row's first token (the causal target's loss on it 0.66 nats in ZipAR's
-  samples, 0.025 in AR's), so those tokens were weighted 8 (`proxy_weight`) for the last 2,000 steps:
-  0.22 nats at step 14,800 on the true images, 0.27 before, 0.15 causal. The next runs keep the
-  proxies and their weight from the first step, in one cosine.
-- **The second run's target** (16,000 steps at batch 16, one cosine, on 2 CPU cores at about 2.8 s
-  a step): at step 8,400 (training loss 0.175, 6.6 h) its AR images scored adherence 0.05 and FD 1.35
-  over the 120 evaluation prompts (ZipAR w8 0.04, FD 1.32; the real images 0.925): right colours
-  and shapes, not yet the prompted emoji. Stopped there for a GPU.
-- **These weights**: the recipe sized for a GPU, the target trained from scratch on one H100 in
-  12 minutes (40,000 steps at batch 32, 5x the second run's sequences; training loss 0.003), the
-  drafters, draft model, up-samplers and EAGLE head after it (3-4x the sequences of the CPU plan).
-  The CLIP, VQ study and tokens are the second run's, on 2 CPU cores. The target memorises its
-  training emoji (validation loss on held-out emoji about 4 nats per token), which is what the
-  evaluation asks of it: of its 120 prompts (one per base emoji), 113 have training images.
-- **MuLo-SD's defaults** (`mulo.eval.calibrate`, 24 prompts, r = 2 and 4 on AR's seeds): only
-  radius l = 3 kept AR's quality, at 0.84x / 1.00x AR's NFE; l = 0 reached 1.95x / 2.78x at
-  adherence 0.667 (AR 0.833), ZipAR inside the islands (window 4, l = 2) 2.55x / 4.81x at 0.50, and
-  pooling (k = 1, 4) lost more. Why small radii fail here: the target judges each drafted token in
-  the context of the up-sampled draft, which blurs detail (the learned r = 2 up-sampler reproduces
-  0.67 of the codes), so flat tokens where an eye or a stem belongs clear tau in that context;
-  committed, they pull the memorising target's resampling off its emoji (at l = 1 a cat face came
-  out without features with 95 % of the grid re-opened). Showing the resampling queries the
-  rejected drafts instead of masking unresolved slots changed nothing visible; rounds of one or two
-  low-res rows (`rows_per_block`) were worse.
-- **ZipAR inside the islands, fixed; the defaults since.** The evaluation above ran at the defaults
-  then (its config line). ZipAR inside MuLo-SD's islands did not do what whole-grid ZipAR does: a
-  row under the first row started before the first row was finished, and queries did not see the
-  row-end proxies, neither of which this target ever trained on (with everything re-opened, island
-  ZipAR w8 scored adherence 0.33 where ZipAR w8 scores 0.83 on 12 prompts; greedy, it left AR's
-  tokens on 5 of 6 prompts, and matches them on 6 of 6 since). Fixed, l = 3 with ZipAR window 8
-  inside the islands and ZipAR drafting became the defaults: on the first 24 prompts they score what
-  whole-grid ZipAR w8 scores (adherence 0.792, AR 0.833). Over the 120 evaluation prompts
-  (`python -m mulo bench`, `benchmarks/RESULTS.md`): MuLo-SD v2 at r = 2 runs 1.96x AR's speed
-  (2.89x by NFE) at adherence 0.808 and FD 0.243 (AR 0.850 and 0.229), at r = 4 2.13x (3.02x) at
-  0.783 and 0.264; ZipAR with window 4 runs 3.72x at 0.817 and 0.240.
-"""
 PNG_DATA = """Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
 {images:,} images including skin-tone variants, composited over white; names, short names and
 (sub)categories from `emoji.json`)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -36,7 +35,7 @@ from mulo.models.gpt import GPT
 from mulo.models.text import IMAGE_PX, MiniCLIP, WordTokenizer
 from mulo.models.upsample import TokenUpsampler
 from mulo.train import data as data_mod
-from mulo.train import styles
+from mulo.train import styles, vq_stage
 from mulo.train.assets import adopt_assets, export
 from mulo.train.eagle import train_eagle_head
 from mulo.train.loop import autocast, hardware, init_weights, train
@@ -52,7 +51,6 @@ from mulo.train.recipes import (
     Budget,
     Recipe,
     build_vq,
-    choose_codebook,
     vq_config,
 )
 
@@ -186,123 +184,10 @@ class Pipeline:
         clip.load_state_dict(torch.load(self.run / "clip.pt", map_location="cpu", weights_only=True))
         return clip.to(self.device).eval()
 
-    def stage_vq(self) -> None:
-        """One VQ per candidate codebook size; with several, the oracle MuLo-SD of each goes into
-        the report (``vq_study``) and ``choose_codebook`` picks the family's."""
-        candidates = self.recipe.vq_codes
-        study = self.report.get("vq_study", {}).get("candidates", {})
-        for codes in candidates:
-            name = "vq" if len(candidates) == 1 else f"vq_{codes}"
-            if str(codes) in study and (self.run / f"{name}.pt").exists():
-                continue
-            vq, stats = self.train_vq(codes, name)
-            torch.save(vq.state_dict(), self.run / f"{name}.pt")
-            quality = self.vq_quality(vq)
-            if len(candidates) > 1:
-                quality["oracle"] = self.oracle(vq)
-            study[str(codes)] = {**stats, **quality}
-            if len(candidates) > 1:
-                self.record("vq_study", candidates=study)
-        chosen = choose_codebook(study) if len(candidates) > 1 else candidates[0]
-        if len(candidates) > 1:
-            shutil.copyfile(self.run / f"vq_{chosen}.pt", self.run / "vq.pt")
-        summary = {k: v for k, v in study[str(chosen)].items() if k != "oracle"}
-        self.record("vq", codes=chosen, **summary)
-
-    def train_vq(self, codes: int, name: str) -> tuple[VQModel, dict]:
-        d = self.data
-        torch.manual_seed(self.seed)
-        vq = build_vq(codes).to(self.device)
-        train_idx = np.flatnonzero(~d.is_val)
-        images = [self.images_at(px) for px in self.recipe.sizes]
-        rng = self.rng("vq")
-        b = self.budget.vq_batch
-
-        recent = {}  # the last batch's encoder outputs and codes, for dead-code restarts
-
-        def loss_fn(step):
-            # The three sizes per step; those above 32 px as random 32 px crops (the net is
-            # convolutional, and a crop costs what a 32 px image does).
-            idx = rng.choice(train_idx, size=3 * b, replace=len(train_idx) < 3 * b)
-            total = 0.0
-            for part, size_images in enumerate(images):
-                batch = size_images[idx[part * b : (part + 1) * b]]
-                if batch.shape[-1] > 32:
-                    top, left = rng.integers(0, batch.shape[-1] - 31, size=2)
-                    batch = batch[:, :, top : top + 32, left : left + 32]
-                x = batch.to(self.device) * 2 - 1
-                latents = vq.encode(x).latents
-                quant, commit_loss, (_, _, used) = vq.quantize(latents)
-                recon = vq.decode(quant, force_not_quantize=True).sample
-                total = total + F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x) + commit_loss
-                if part == 0:
-                    recent.update(latents=latents.detach(), codes=used.detach())
-            return total
-
-        usage = torch.zeros(codes, device=self.device)
-
-        def restart_dead_codes(step):
-            # Codes no batch has used for 100 steps move to random current encoder outputs.
-            with torch.no_grad():
-                used = recent["codes"].reshape(-1)
-                usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=self.device))
-                if (step + 1) % 100 == 0:
-                    dead = (usage < 0.05).nonzero()[:, 0]
-                    if len(dead):
-                        lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
-                        pick = torch.randint(len(lat), (len(dead),), device=self.device)
-                        vq.quantize.embedding.weight[dead] = lat[pick]
-                        usage[dead] = 1.0
-
-        stats = train(
-            name,
-            vq,
-            loss_fn,
-            self.budget.vq_steps,
-            self.run / f"{name}.ckpt",
-            lr=1e-3,
-            every=self.budget.checkpoint_every,
-            on_step=restart_dead_codes,
-        )
-        return vq.eval(), stats
-
     def load_vq(self) -> VQModel:
         vq = build_vq(self.codes)
         vq.load_state_dict(torch.load(self.run / "vq.pt", map_location="cpu", weights_only=True))
         return vq.to(self.device).eval()
-
-    @torch.no_grad()
-    def vq_quality(self, vq) -> dict:
-        from mulo.eval.ceilings import upsampling_agreement
-        from mulo.models.upsample import PixelUpsampler
-        from mulo.models.vq import VQTokenizer
-
-        tok = VQTokenizer(vq.eval())
-        val = np.flatnonzero(self.data.is_val)
-        out = {}
-        for size in self.recipe.sizes:
-            x = self.images_at(size, val).to(self.device)
-            codes = tok.encode(x)
-            mse = float(((tok.decode(codes) - x) ** 2).mean())
-            out[f"val_psnr_{size}px"] = round(10 * np.log10(1 / max(mse, 1e-10)), 2)
-            out[f"codes_used_{size}px"] = int(codes.unique().numel())
-        # What a perfect drafter could get accepted at k = 0: the share of the target's codes that
-        # the pixel up-sampler (whole image at once) reproduces from the px / r encoding, and, for
-        # comparison, from the px / r image itself with no low-res VQ.
-        target = self.images_at(self.recipe.px, val).to(self.device)
-        for r in (2, 4):
-            shares = upsampling_agreement(tok, PixelUpsampler(tok, r), target, r)
-            out[f"val_draft_agreement_r{r}"] = round(shares["from_tokens"], 4)
-            out[f"val_resize_agreement_r{r}"] = round(shares["from_pixels"], 4)
-        return out
-
-    def oracle(self, vq) -> list[dict]:
-        """The oracle MuLo-SD table (``mulo.train.oracle``) of ``vq`` on validation emoji."""
-        from mulo.models.vq import VQTokenizer
-        from mulo.train import oracle
-
-        rows = oracle.table(VQTokenizer(vq.eval()), self.data.val, self.budget.oracle_images, self.recipe.px)
-        return [{k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
 
     @torch.no_grad()
     def stage_tokens(self) -> None:
@@ -572,7 +457,7 @@ class Pipeline:
         return {
             "data": (self.stage_data, "report.json"),
             "clip": (self.stage_clip, "clip.pt"),
-            "vq": (self.stage_vq, "vq.pt"),
+            "vq": (lambda: vq_stage.stage_vq(self), "vq.pt"),
             "tokens": (self.stage_tokens, "tokens.npz"),
             "target": (lambda: self.stage_ar("target"), "target.pt"),
             "drafter_r2": (lambda: self.stage_ar("drafter_r2"), "drafter_r2.pt"),
@@ -637,7 +522,7 @@ class Pipeline:
             px=self.recipe.px,
             svg=self.recipe.svg,
             styles=self.recipe.styles,
-            history={"twemoji-64": card.HISTORY_64, "twemoji": card.HISTORY_128}.get(self.recipe.family, ""),
+            history=card.history(self.recipe.family),
             study_rule=(
                 f"Rule (`recipes.choose_codebook`): among the codebooks whose {self.recipe.px} px validation PSNR is "
                 f"within {PSNR_SLACK} dB of the best candidate's, the one with the highest oracle bound "

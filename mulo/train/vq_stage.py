@@ -1,0 +1,132 @@
+"""The VQ stage of the emoji families' training (``mulo.train.twemoji.Pipeline``): one
+``diffusers.VQModel`` per candidate codebook size, its reconstruction quality and, with several
+candidates, the oracle MuLo-SD that ``recipes.choose_codebook`` picks the family's codebook by."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from diffusers import VQModel
+
+from mulo.train.loop import train
+from mulo.train.recipes import build_vq, choose_codebook
+
+
+def stage_vq(pipe) -> None:
+    """One VQ per candidate codebook size; with several, the oracle MuLo-SD of each goes into
+    the report (``vq_study``) and ``choose_codebook`` picks the family's."""
+    candidates = pipe.recipe.vq_codes
+    study = pipe.report.get("vq_study", {}).get("candidates", {})
+    for codes in candidates:
+        name = "vq" if len(candidates) == 1 else f"vq_{codes}"
+        if str(codes) in study and (pipe.run / f"{name}.pt").exists():
+            continue
+        vq, stats = train_vq(pipe, codes, name)
+        torch.save(vq.state_dict(), pipe.run / f"{name}.pt")
+        quality = vq_quality(pipe, vq)
+        if len(candidates) > 1:
+            quality["oracle"] = oracle(pipe, vq)
+        study[str(codes)] = {**stats, **quality}
+        if len(candidates) > 1:
+            pipe.record("vq_study", candidates=study)
+    chosen = choose_codebook(study) if len(candidates) > 1 else candidates[0]
+    if len(candidates) > 1:
+        shutil.copyfile(pipe.run / f"vq_{chosen}.pt", pipe.run / "vq.pt")
+    summary = {k: v for k, v in study[str(chosen)].items() if k != "oracle"}
+    pipe.record("vq", codes=chosen, **summary)
+
+
+def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
+    d = pipe.data
+    torch.manual_seed(pipe.seed)
+    vq = build_vq(codes).to(pipe.device)
+    train_idx = np.flatnonzero(~d.is_val)
+    images = [pipe.images_at(px) for px in pipe.recipe.sizes]
+    rng = pipe.rng("vq")
+    b = pipe.budget.vq_batch
+
+    recent = {}  # the last batch's encoder outputs and codes, for dead-code restarts
+
+    def loss_fn(step):
+        # The three sizes per step; those above 32 px as random 32 px crops (the net is
+        # convolutional, and a crop costs what a 32 px image does).
+        idx = rng.choice(train_idx, size=3 * b, replace=len(train_idx) < 3 * b)
+        total = 0.0
+        for part, size_images in enumerate(images):
+            batch = size_images[idx[part * b : (part + 1) * b]]
+            if batch.shape[-1] > 32:
+                top, left = rng.integers(0, batch.shape[-1] - 31, size=2)
+                batch = batch[:, :, top : top + 32, left : left + 32]
+            x = batch.to(pipe.device) * 2 - 1
+            latents = vq.encode(x).latents
+            quant, commit_loss, (_, _, used) = vq.quantize(latents)
+            recon = vq.decode(quant, force_not_quantize=True).sample
+            total = total + F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x) + commit_loss
+            if part == 0:
+                recent.update(latents=latents.detach(), codes=used.detach())
+        return total
+
+    usage = torch.zeros(codes, device=pipe.device)
+
+    def restart_dead_codes(step):
+        # Codes no batch has used for 100 steps move to random current encoder outputs.
+        with torch.no_grad():
+            used = recent["codes"].reshape(-1)
+            usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=pipe.device))
+            if (step + 1) % 100 == 0:
+                dead = (usage < 0.05).nonzero()[:, 0]
+                if len(dead):
+                    lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
+                    pick = torch.randint(len(lat), (len(dead),), device=pipe.device)
+                    vq.quantize.embedding.weight[dead] = lat[pick]
+                    usage[dead] = 1.0
+
+    stats = train(
+        name,
+        vq,
+        loss_fn,
+        pipe.budget.vq_steps,
+        pipe.run / f"{name}.ckpt",
+        lr=1e-3,
+        every=pipe.budget.checkpoint_every,
+        on_step=restart_dead_codes,
+    )
+    return vq.eval(), stats
+
+
+@torch.no_grad()
+def vq_quality(pipe, vq) -> dict:
+    from mulo.eval.ceilings import upsampling_agreement
+    from mulo.models.upsample import PixelUpsampler
+    from mulo.models.vq import VQTokenizer
+
+    tok = VQTokenizer(vq.eval())
+    val = np.flatnonzero(pipe.data.is_val)
+    out = {}
+    for size in pipe.recipe.sizes:
+        x = pipe.images_at(size, val).to(pipe.device)
+        codes = tok.encode(x)
+        mse = float(((tok.decode(codes) - x) ** 2).mean())
+        out[f"val_psnr_{size}px"] = round(10 * np.log10(1 / max(mse, 1e-10)), 2)
+        out[f"codes_used_{size}px"] = int(codes.unique().numel())
+    # What a perfect drafter could get accepted at k = 0: the share of the target's codes that
+    # the pixel up-sampler (whole image at once) reproduces from the px / r encoding, and, for
+    # comparison, from the px / r image itself with no low-res VQ.
+    target = pipe.images_at(pipe.recipe.px, val).to(pipe.device)
+    for r in (2, 4):
+        shares = upsampling_agreement(tok, PixelUpsampler(tok, r), target, r)
+        out[f"val_draft_agreement_r{r}"] = round(shares["from_tokens"], 4)
+        out[f"val_resize_agreement_r{r}"] = round(shares["from_pixels"], 4)
+    return out
+
+
+def oracle(pipe, vq) -> list[dict]:
+    """The oracle MuLo-SD table (``mulo.train.oracle``) of ``vq`` on validation emoji."""
+    from mulo.models.vq import VQTokenizer
+    from mulo.train import oracle
+
+    rows = oracle.table(VQTokenizer(vq.eval()), pipe.data.val, pipe.budget.oracle_images, pipe.recipe.px)
+    return [{k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
