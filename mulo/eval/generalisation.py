@@ -72,13 +72,19 @@ def probe(engine: Engine, prompts: list[str], seeds: int = 5, methods=None, over
     rows = {label: {"nll": [], "entropy": [], "off_nucleus": []} for label in methods}
     differences, distinct = [], []
     for i, prompt in enumerate(prompts):
+        plain_ar = {}  # seed -> AR's tokens already drawn for this prompt (not drawn twice)
         for label, (method, knobs) in methods.items():
             result = engine.generate(prompt, method, i, {**knobs, **(overrides or {})})
+            if method == "ar" and not knobs:
+                plain_ar[i] = result.tokens
             config = GenerationConfig.from_dict(result.trace.config)
             text = result.trace.condition_text or prompt
             for key, value in token_scores(engine, text, i, result.tokens, config).items():
                 rows[label][key].append(value)
-        grids = [engine.generate(prompt, "ar", seed, overrides).tokens for seed in range(seeds)]
+        grids = [
+            plain_ar[seed] if seed in plain_ar else engine.generate(prompt, "ar", seed, overrides).tokens
+            for seed in range(seeds)
+        ]
         difference, n_distinct = seed_diversity(grids)
         differences.append(difference)
         distinct.append(n_distinct)

@@ -387,8 +387,8 @@ def intended_use(report: dict, codes: int) -> str:
         return text + (
             f"\n\n**The target memorises its training images.** Training loss {train:.3g} nats per token, "
             f"held-out loss {held_out:.3g} ({ratio:,.0f}x; uniform over the {codes} codes is {uniform:.2f}): its "
-            "conditionals are all but one-hot, so a prompt draws the same image whatever the seed, τ and "
-            "codebook pooling change nothing, and one wrong committed token derails the image. It shows the "
+            "conditionals are peaked on the images it saw, so seeds vary an image little, τ and codebook "
+            "pooling have little to act on, and one wrong committed token can derail the image. It shows the "
             "engine's mechanics, not MuLo-SD's trade-offs, which need a target that generalises."
         )
     return text + (

@@ -320,15 +320,13 @@ class Pipeline:
     def held_out(self, data: SimpleNamespace) -> dict[str, np.ndarray]:
         """Original images to measure losses on: the held-out images (styled data: the held-out
         (emoji, style) pairs and the unseen emoji apart) and as many training images."""
-        n = len(data.is_val)
         rng = np.random.default_rng(self.seed)
         if data.split is None:
-            val = np.flatnonzero(data.is_val)
-            groups = {"val": val}
+            groups = {"val": np.flatnonzero(data.is_val)}
         else:
             groups = {"val": np.flatnonzero(data.split == styles.HELD_PAIR)}
             groups["val_unseen_emoji"] = np.flatnonzero(data.split == styles.HELD_EMOJI)
-        train_originals = np.flatnonzero(~data.is_val[:n])
+        train_originals = np.flatnonzero(~data.is_val)
         groups["train"] = np.sort(
             rng.choice(train_originals, size=min(len(groups["val"]), len(train_originals)), replace=False)
         )

@@ -165,7 +165,6 @@ def finalized_round(trace: Trace) -> np.ndarray:
     for rnd in trace.rounds:  # a later change (resampling) moves the mark forward
         out[rnd.tokens != trace.tokens] = rnd.index + 1
     return np.minimum(out, max(0, len(trace.rounds) - 1))
-    return out
 
 
 def heatmap(values: np.ndarray, vmax: float | None = None, cmap: str = "viridis") -> np.ndarray:
