@@ -22,7 +22,7 @@ from mulo.ui.handlers import (
     after_generate,
     export_figure,
     export_gif,
-    generate,
+    generate_endpoint,
     load_trace,
     play_rounds,
     show_round,
@@ -30,7 +30,7 @@ from mulo.ui.handlers import (
     token_info,
 )
 from mulo.ui.inputs import RawDropdown, RawText, SeedBox
-from mulo.ui.knobs import KNOBS, baselines, default_config, default_limits, family_knobs, knob_component
+from mulo.ui.knobs import advanced_panel, baselines, default_bounds, default_config, family_knobs
 from mulo.ui.text import EXPLAINER, METRICS_LEGEND
 
 EXAMPLE_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown"]
@@ -90,15 +90,7 @@ def build_demo() -> gr.Blocks:
                         label="third column",
                         info="also run a baseline on the same request",
                     )
-                knobs = []
-                defaults, limits = default_config(), default_limits()
-                with gr.Row():
-                    for knob in KNOBS[:8]:
-                        knobs.append(knob_component(knob, defaults[knob[0]], limits))
-                for row in (KNOBS[8:14], KNOBS[14:]):  # MuLo-SD's windows and the baselines'; sampling
-                    with gr.Row():
-                        for knob in row:
-                            knobs.append(knob_component(knob, defaults[knob[0]], limits))
+                knobs = advanced_panel(default_config(), *default_bounds())
             with gr.Row(equal_height=True):
                 with gr.Column():
                     img_ar = gr.Image(label="baseline AR", elem_id="ar", format="png", interactive=False, height=280)
@@ -169,7 +161,7 @@ def build_demo() -> gr.Blocks:
         family.input(lambda f: gr.Textbox(info=engines.prompt_info(f)), family, prompt, **private)  # its styles
         randomize.click(lambda: str(np.random.default_rng().integers(0, 2**63)), None, seed, **private)
         gen = run.click(
-            generate,
+            generate_endpoint(),
             [prompt, seed, family, third, *knobs],
             [img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, downloads, state],
             api_name="generate",

@@ -12,11 +12,10 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import MISSING, fields
 from pathlib import Path
 
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
-from mulo.config import GenerationConfig, key_of
+from mulo.config import flags, knob_table
 from mulo.families import DEFAULT_FAMILY, TRAINED
 
 log = logging.getLogger("mulo")
@@ -24,15 +23,16 @@ log = logging.getLogger("mulo")
 
 def _knob_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("method knobs (defaults: the family's recommended values)")
-    for f in fields(GenerationConfig):
-        key = key_of(f)
-        flags = ["--" + key.replace("_", "-")] + (["--" + f.name.replace("_", "-")] if key != f.name else [])
-        default = f.default if f.default is not MISSING else None
-        help_text = f"{f.metadata['help']} (default {default})"
-        if isinstance(default, bool):
-            group.add_argument(*flags, dest=key, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+    for knob in knob_table():
+        help_text = f"{knob.help} (default {knob.default}; {knob.described()})"
+        if knob.kind == "bool":
+            action = argparse.BooleanOptionalAction
+            group.add_argument(*flags(knob), dest=knob.key, action=action, default=None, help=help_text)
         else:
-            group.add_argument(*flags, dest=key, type=type(default), default=None, metavar=key.upper(), help=help_text)
+            kind = {"integer": int, "number": float, "choice": str}[knob.kind]
+            group.add_argument(
+                *flags(knob), dest=knob.key, type=kind, default=None, metavar=knob.key.upper(), help=help_text
+            )
 
 
 def _method_help() -> str:
@@ -212,8 +212,7 @@ def cmd_generate(args) -> int:
     from mulo.engine import Engine
     from mulo.families import load_family
 
-    keys = [key_of(f) for f in fields(GenerationConfig)]
-    knobs = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
+    knobs = {k.key: getattr(args, k.key) for k in knob_table() if getattr(args, k.key) is not None}
     engine = Engine(load_family(args.family, args.device))
     result = engine.generate(args.prompt, args.method, args.seed, knobs)
     summary = result.trace.summary()

@@ -1,17 +1,20 @@
-"""Every knob of a generation request, with its default and its allowed range.
+"""Every knob of a generation request, declared once: default, allowed range, help, UI label, group.
 
 Each knob's *key* names it outside Python: the CLI flag (``rows_per_block`` -> ``--rows-per-block``),
 the key in a trace's ``config``, a family's ``defaults.json`` and the app's ``/generate``. The key
 is the field's name except for the guidance scale: ``guidance`` in code, ``cfg`` outside, as in
-every trace written so far. ``validate`` turns a bad value into one ``ConfigError`` that names the
-knob (by key) and the allowed range.
+every trace written so far.
+
+``knob_table()`` reads the declarations back as ``Knob`` rows; the CLI's flags, ``validate``, the
+app's Advanced panel (one row per group), the ``/generate`` signature and the knob table of
+docs/method.md (``python -m mulo.config``) are all made from it, so a knob added here reaches each.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 
 DRAFTING = ("sequential", "zipar")
 RESAMPLING = ("raster", "islands")
@@ -20,65 +23,289 @@ MAX_PROMPT_CHARS = 300
 MAX_TREE_NODES = 255  # EAGLE-2's draft tree, without its root (a trace's bound too)
 LANTERN_K_SHARE = 1000 / 16384  # LANTERN's neighbourhood on LlamaGen's codebook (its paper, MuLo-SD's runs)
 
+# The groups of the app's Advanced panel (one row each, in this order) and of the knob table.
+MULO = "MuLo-SD"
+MULO_DRAFTING = "MuLo-SD drafting and islands"
+BASELINES = "baselines"
+SAMPLING = "sampling (every method)"
+GROUPS = (MULO, MULO_DRAFTING, BASELINES, SAMPLING)
+
 
 class ConfigError(ValueError):
     """A request knob is out of range; the message names the knob and what is allowed."""
 
 
-def knob(default, help_text: str, key: str | None = None):
-    """A ``GenerationConfig`` field: its default, its ``--help`` line and its key (default: its name)."""
-    metadata = {"help": help_text} if key is None else {"help": help_text, "key": key}
-    return field(default=default, metadata=metadata)
+def shown(value) -> str:
+    """A value as a short repr for an error message (a 400-digit number stays one line)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def knob(default, help_text: str, *, label: str, group: str, key: str | None = None, **allowed):
+    """A ``GenerationConfig`` field declared as a knob: its default, one-line help, the app's label,
+    its group and what it allows (``Knob``'s ``low``/``high``/``step``/``choices``/``vocab_cap``/
+    ``auto``/``ratios``)."""
+    return field(default=default, metadata=dict(help=help_text, label=label, group=group, key=key, **allowed))
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob as every consumer sees it. ``kind`` follows the default: bool, a choice among
+    ``choices``, an integer or a number in [``low``, ``high``] (``step``: the app's slider step)."""
+
+    name: str  # the field's name in code
+    key: str  # its name outside Python (CLI, traces, defaults.json, /generate)
+    default: object
+    help: str
+    label: str
+    group: str
+    low: float = 0
+    high: float = 0
+    step: float = 1
+    choices: tuple = ()
+    vocab_cap: int | None = None  # the maximum is also at most V + vocab_cap (V: the family's codebook size)
+    auto: int | None = None  # a value below the range that means "derive it" (lantern_k's -1)
+    ratios: bool = False  # the allowed values are the family's drafter ratios, when known (r)
+
+    @property
+    def kind(self) -> str:
+        if isinstance(self.default, bool):
+            return "bool"
+        if self.choices:
+            return "choice"
+        return "integer" if isinstance(self.default, int) else "number"
+
+    def maximum(self, vocab_size: int | None = None) -> float:
+        if self.vocab_cap is None or vocab_size is None:
+            return self.high
+        return min(self.high, vocab_size + self.vocab_cap)
+
+    def allowed(self, vocab_size: int | None = None, ratios: tuple = ()) -> str:
+        """What the knob allows, in words: ``in [0, 8]``, ``one of raster, islands``..."""
+        if self.kind == "bool":
+            return "true or false"
+        options = self.choices or (tuple(ratios) if self.ratios else ())
+        if options:
+            return "one of " + ", ".join(map(str, options))
+        return f"in [{self.low:g}, {self.maximum(vocab_size):g}]"
+
+    def described(self) -> str:
+        """What the knob allows before a family is chosen (the CLI's help, the docs' table)."""
+        if self.ratios:
+            return "one of the family's drafter ratios"
+        text = self.allowed()
+        if self.vocab_cap is not None:
+            text += ", at most V" + (f"{self.vocab_cap:+d}" if self.vocab_cap else "") + " (V: codebook size)"
+        return text if self.auto is None else f"{self.auto} (auto), or {text}"
+
+    def check(self, value, vocab_size: int | None = None, ratios: tuple = (), coerce: bool = False):
+        """``value`` if this knob allows it, else ``ConfigError`` naming the knob and its range.
+        ``coerce``: a whole float counts as an integer and is returned as one (JSON and sliders
+        send 3.0 for 3)."""
+        kind = self.kind
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            raise ConfigError(f"{self.key} must be true or false (got {shown(value)})")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if coerce and number and isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+            value = int(value) if kind != "number" else value
+        options = self.choices or (tuple(ratios) if self.ratios else ())
+        if options:
+            if (number or kind == "choice") and not isinstance(value, bool) and value in options:
+                return value
+            why = " (the family's drafter ratios)" if self.ratios else ""
+            raise ConfigError(f"{self.key} must be one of {', '.join(map(str, options))}{why} (got {shown(value)})")
+        if kind == "integer":
+            valid = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            valid = number and math.isfinite(value)
+        if valid and (self.low <= value <= self.maximum(vocab_size) or value == self.auto):
+            return float(value) if kind == "number" and coerce else value
+        article = "an integer" if kind == "integer" else "a number"
+        auto = f"{self.auto} (auto) or " if self.auto is not None else ""
+        raise ConfigError(f"{self.key} must be {auto}{article} {self.allowed(vocab_size)} (got {shown(value)})")
 
 
 @dataclass
 class GenerationConfig:
-    # -- sampling (every method; the target and every drafter sample the same way) -------------
-    guidance: float = knob(4.0, "classifier-free guidance scale s: u + s*(c - u); 1 = no guidance", key="cfg")
-    temperature: float = knob(1.0, "0 = greedy (arg-max)")
-    top_k: int = knob(0, "keep the k most likely tokens; 0 = off")
-    top_p: float = knob(1.0, "nucleus sampling mass; 1 = off")
-    aliases: bool = knob(
-        True, 'condition on the emoji name a prompt is the short name of ("pizza" -> "slice of pizza")'
+    # The app's /generate takes the knobs positionally in this order: knobs added later go last,
+    # so positional calls written before them keep working. The groups make the app's rows.
+    r: int = knob(
+        2,
+        "resolution ratio target/drafter (a drafter for it must exist)",
+        label="r",
+        group=MULO,
+        low=1,
+        high=64,
+        ratios=True,
     )
-    # -- MuLo-SD ----------------------------------------------------------------------------------
-    r: int = knob(2, "resolution ratio target/drafter (a drafter for it must exist)")
-    tau: float = knob(0.1, "accept a draft token iff its pooled target probability >= tau (> 1: reject all)")
-    k: int = knob(8, "codebook neighbours pooled with the draft token (0 = draft token only)")
-    radius: int = knob(1, "re-open the (2l+1)^2 square around each rejection (never before t0)")
-    rows_per_block: int = knob(0, "low-res rows drafted per round; 0 = auto (1 sequential, all rows zipar)")
-    drafting: str = knob("sequential", "low-res drafting: sequential, or ZipAR-parallel (draft_window)")
-    resampling: str = knob("islands", "re-opened set: raster (v1, one target pass per token) or islands (v2)")
-    upsampler: str = knob("pixel", "pixel: VQ decode/resize/encode; learned: the family's token up-sampler")
-    draft_window: int = knob(4, "ZipAR window of the drafter when drafting=zipar")
-    island_window: int = knob(0, "ZipAR window inside islands; 0 = raster order inside each island")
-    refresh: bool = knob(True, "re-encode target K/V that saw rejected drafts before it is read (off: the ablation)")
-    # -- baselines --------------------------------------------------------------------------------
-    zipar_window: int = knob(4, "ZipAR: row i+1 starts once row i has this many tokens")
-    sjd_window: int = knob(16, "SJD: Jacobi window length L")
-    draft_len: int = knob(4, "SD / LANTERN-chain: draft tokens per verification (gamma)")
+    tau: float = knob(
+        0.1,
+        "accept a draft token iff its pooled target probability >= tau (> 1: reject all)",
+        label="τ (tau)",
+        group=MULO,
+        high=1.01,
+        step=0.01,
+    )
+    k: int = knob(
+        8,
+        "codebook neighbours pooled with the draft token (0 = draft token only)",
+        label="k",
+        group=MULO,
+        high=256,
+        vocab_cap=-1,
+    )
+    radius: int = knob(
+        1,
+        "l: re-open the (2l+1)^2 square around each rejection (never before t0)",
+        label="l (radius)",
+        group=MULO,
+        high=8,
+    )
+    rows_per_block: int = knob(
+        0,
+        "low-res rows drafted per round; 0 = auto (1 sequential, all rows zipar)",
+        label="rows per block",
+        group=MULO,
+        high=64,
+    )
+    drafting: str = knob(
+        "sequential",
+        "low-res drafting: sequential, or ZipAR-parallel (draft_window)",
+        label="drafting",
+        group=MULO_DRAFTING,
+        choices=DRAFTING,
+    )
+    resampling: str = knob(
+        "islands",
+        "re-opened set: raster (v1, one target pass per token) or islands (v2)",
+        label="resampling",
+        group=MULO_DRAFTING,
+        choices=RESAMPLING,
+    )
+    upsampler: str = knob(
+        "pixel",
+        "pixel: VQ decode, bicubic x r, VQ encode; learned: the family's token up-sampler",
+        label="up-sampler",
+        group=MULO_DRAFTING,
+        choices=UPSAMPLERS,
+    )
+    draft_window: int = knob(
+        4,
+        "drafting=zipar: a low-res row starts once the row above has this many tokens",
+        label="drafter ZipAR window",
+        group=MULO_DRAFTING,
+        low=1,
+        high=64,
+    )
+    island_window: int = knob(
+        0,
+        "ZipAR window inside islands; 0 = raster order inside each island",
+        label="island ZipAR window",
+        group=MULO_DRAFTING,
+        high=64,
+    )
+    zipar_window: int = knob(
+        4,
+        "ZipAR: row i+1 starts once row i has this many tokens",
+        label="ZipAR window",
+        group=BASELINES,
+        low=1,
+        high=64,
+    )
+    tree_budget: int = knob(
+        60,
+        "EAGLE-2 / LANTERN: tokens verified per round (the root and the most confident tree nodes)",
+        label="tree budget",
+        group=BASELINES,
+        low=2,
+        high=MAX_TREE_NODES + 1,
+    )
+    tree_depth: int = knob(
+        6,
+        "EAGLE-2 / LANTERN: draft-tree depth (drafter passes per round)",
+        label="tree depth",
+        group=BASELINES,
+        low=1,
+        high=16,
+    )
+    tree_top_k: int = knob(
+        10,
+        "EAGLE-2 / LANTERN: continuations added per expanded node, and nodes expanded per depth",
+        label="tree top-k",
+        group=BASELINES,
+        low=1,
+        high=32,
+        vocab_cap=0,
+    )
+    guidance: float = knob(
+        4.0,
+        "classifier-free guidance scale s: u + s*(c - u); 1 = no guidance",
+        key="cfg",
+        label="CFG scale",
+        group=SAMPLING,
+        high=20,
+        step=0.5,
+    )
+    temperature: float = knob(1.0, "0 = greedy (arg-max)", label="temperature", group=SAMPLING, high=5, step=0.05)
+    top_k: int = knob(
+        0, "keep the k most likely tokens; 0 = off", label="top-k", group=SAMPLING, high=65536, vocab_cap=0
+    )
+    top_p: float = knob(
+        1.0, "nucleus sampling mass; 1 = off", label="top-p", group=SAMPLING, low=0.01, high=1, step=0.01
+    )
+    aliases: bool = knob(
+        True,
+        'condition on the emoji name a prompt is the short name of ("pizza" -> "slice of pizza"); emoji '
+        "families only, recorded as the trace's condition_text",
+        label="emoji aliases",
+        group=SAMPLING,
+    )
+    refresh: bool = knob(
+        True,
+        "re-encode the target K/V that saw rejected drafts (slots after t0) before resampling and the next "
+        "verification read it; off: the stale-K/V ablation",
+        label="refresh stale K/V",
+        group=MULO,
+    )
+    sjd_window: int = knob(16, "SJD: Jacobi window length L", label="SJD window", group=BASELINES, low=1, high=128)
+    draft_len: int = knob(
+        4,
+        "SD / LANTERN-chain: draft tokens per verification (gamma)",
+        label="SD draft length",
+        group=BASELINES,
+        low=1,
+        high=32,
+    )
     delta: float = knob(
-        0.4, "LANTERN: the neighbour mass c_m pooled onto a draft stays <= delta (> 1: LANTERN++, <= (delta-1)*p(x))"
+        0.4,
+        "LANTERN: the neighbour mass c_m pooled onto a draft stays <= delta (> 1: LANTERN++, <= (delta-1)*p(x))",
+        label="LANTERN δ",
+        group=BASELINES,
+        high=10,
+        step=0.05,
     )
     lantern_k: int = knob(
         -1,
-        "LANTERN: nearest codebook neighbours a draft may pool (its own k, not MuLo-SD's); -1 = auto: "
-        "round(V * 1000/16384), LANTERN's k = 1000 on LlamaGen's 16384 codes (2 of twemoji's 32)",
+        "LANTERN: nearest codebook neighbours a draft may pool (its own k, not MuLo-SD's); "
+        "-1 = auto: round(V * 1000/16384), LANTERN's k = 1000 on LlamaGen's 16384 codes",
+        label="LANTERN k",
+        group=BASELINES,
+        high=256,
+        vocab_cap=-1,
+        auto=-1,
     )
-    tree_budget: int = knob(
-        60, "EAGLE-2 / LANTERN: tokens verified per round (the root and the most confident tree nodes)"
-    )
-    tree_depth: int = knob(6, "EAGLE-2 / LANTERN: draft-tree depth (drafter passes per round)")
-    tree_top_k: int = knob(10, "EAGLE-2 / LANTERN: continuations added per expanded node, and nodes expanded per depth")
 
     def to_dict(self) -> dict:
         """Keys -> values (``cfg``, not ``guidance``): a trace's ``config``."""
-        return {key_of(f): getattr(self, f.name) for f in fields(self)}
+        return {knob.key: getattr(self, knob.name) for knob in knob_table(type(self))}
 
     @classmethod
     def from_dict(cls, data: dict) -> GenerationConfig:
         """From keys (``cfg``); a field's own name is accepted too (``guidance``)."""
-        names = {key_of(f): f.name for f in fields(cls)} | {f.name: f.name for f in fields(cls)}
+        table = knob_table(cls)
+        names = {k.key: k.name for k in table} | {k.name: k.name for k in table}
         unknown = sorted(set(data) - set(names))
         if unknown:
             raise ConfigError(f"unknown knob(s): {', '.join(unknown)}")
@@ -100,80 +327,39 @@ class GenerationConfig:
         return min(self.rows_per_block, low_rows)
 
 
-def key_of(f) -> str:
-    """The key of a ``GenerationConfig`` field outside Python."""
-    return f.metadata.get("key", f.name)
+def knob_table(config_class: type | None = None) -> tuple[Knob, ...]:
+    """Every knob of ``config_class`` (default: ``GenerationConfig``, looked up when called) in
+    declaration order."""
+    table = []
+    for f in fields(config_class or GenerationConfig):
+        spec = dict(f.metadata)
+        key = spec.pop("key") or f.name
+        default = f.default if f.default is not MISSING else None
+        table.append(Knob(f.name, key, default, spec.pop("help"), **spec))
+    return tuple(table)
 
 
 def knob_keys() -> tuple[str, ...]:
-    return tuple(key_of(f) for f in fields(GenerationConfig))
+    return tuple(k.key for k in knob_table())
 
 
-def knob_help() -> dict[str, str]:
-    """Key -> one-line explanation (the CLI's --help)."""
-    return {key_of(f): f.metadata["help"] for f in fields(GenerationConfig)}
+def keys_in(*groups: str) -> tuple[str, ...]:
+    """The keys of the knobs in ``groups``."""
+    return tuple(k.key for k in knob_table() if k.group in groups)
+
+
+def validate(config: GenerationConfig, *, vocab_size: int, ratios: tuple[int, ...] = (), grid=None) -> None:
+    """Check every knob; ``ratios`` are the family's drafter ratios, ``grid`` the target grid."""
+    r = config.r
+    if grid is not None and isinstance(r, int) and not isinstance(r, bool) and r >= 1 and (grid[0] % r or grid[1] % r):
+        raise ConfigError(f"r={r} does not divide the target grid {grid[0]}x{grid[1]}")
+    for knob_row in knob_table(type(config)):
+        knob_row.check(getattr(config, knob_row.name), vocab_size, tuple(ratios))
 
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
-
-
-def _number(name: str, value, low: float, high: float = math.inf, integer: bool = False) -> None:
-    kind = "an integer" if integer else "a number"
-    valid = (
-        isinstance(value, int) and not isinstance(value, bool)
-        if integer
-        else (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
-    )
-    bounds = f">= {low}" if high == math.inf else f"in [{low}, {high}]"
-    _check(valid and low <= value <= high, f"{name} must be {kind} {bounds} (got {value!r})")
-
-
-def validate(config: GenerationConfig, *, vocab_size: int, ratios: tuple[int, ...] = (), grid=None) -> None:
-    """Check every knob; ``ratios`` are the family's drafter ratios, ``grid`` the target grid."""
-    _number("cfg", config.guidance, 0, 100)
-    _number("temperature", config.temperature, 0, 100)
-    _number("top_k", config.top_k, 0, vocab_size, integer=True)
-    _check(
-        isinstance(config.top_p, (int, float)) and 0 < config.top_p <= 1,
-        f"top_p must be a number in (0, 1] (got {config.top_p!r})",
-    )
-    _number("tau", config.tau, 0)
-    _number("k", config.k, 0, vocab_size - 1, integer=True)
-    _check(
-        isinstance(config.lantern_k, int) and not isinstance(config.lantern_k, bool)
-        and -1 <= config.lantern_k <= vocab_size - 1,
-        f"lantern_k must be -1 (auto) or an integer in [0, {vocab_size - 1}] (got {config.lantern_k!r})",
-    )  # fmt: skip
-    _number("radius", config.radius, 0, 64, integer=True)
-    _number("rows_per_block", config.rows_per_block, 0, 4096, integer=True)
-    _check(config.drafting in DRAFTING, f"drafting must be one of {', '.join(DRAFTING)} (got {config.drafting!r})")
-    _check(
-        config.resampling in RESAMPLING,
-        f"resampling must be one of {', '.join(RESAMPLING)} (got {config.resampling!r})",
-    )
-    _check(
-        config.upsampler in UPSAMPLERS, f"upsampler must be one of {', '.join(UPSAMPLERS)} (got {config.upsampler!r})"
-    )
-    _number("draft_window", config.draft_window, 1, 4096, integer=True)
-    _number("island_window", config.island_window, 0, 4096, integer=True)
-    _check(isinstance(config.refresh, bool), f"refresh must be true or false (got {config.refresh!r})")
-    _check(isinstance(config.aliases, bool), f"aliases must be true or false (got {config.aliases!r})")
-    _number("zipar_window", config.zipar_window, 1, 4096, integer=True)
-    _number("sjd_window", config.sjd_window, 1, 4096, integer=True)
-    _number("draft_len", config.draft_len, 1, 256, integer=True)
-    _number("delta", config.delta, 0, 100)
-    _number("tree_budget", config.tree_budget, 2, MAX_TREE_NODES + 1, integer=True)
-    _number("tree_depth", config.tree_depth, 1, 32, integer=True)
-    _number("tree_top_k", config.tree_top_k, 1, min(64, vocab_size), integer=True)
-    _number("r", config.r, 1, 64, integer=True)
-    if grid is not None:
-        h, w = grid
-        _check(h % config.r == 0 and w % config.r == 0, f"r={config.r} does not divide the target grid {h}x{w}")
-    if ratios:
-        allowed = ", ".join(str(x) for x in ratios)
-        _check(config.r in ratios, f"r must be one of {allowed} (the drafters of this family; got {config.r})")
 
 
 def validate_prompt(prompt) -> str:
@@ -198,3 +384,27 @@ def validate_seed(seed) -> int:
         f"seed must be an integer in [0, 2^63) (got {seed!r})",
     )
     return seed
+
+
+def flags(knob_row: Knob) -> list[str]:
+    """The CLI flags of a knob: ``--cfg`` and ``--guidance`` for the guidance scale."""
+    names = [knob_row.key] + ([knob_row.name] if knob_row.name != knob_row.key else [])
+    return ["--" + name.replace("_", "-") for name in names]
+
+
+def markdown_table() -> str:
+    """docs/method.md's knob table, grouped as the app's Advanced panel is."""
+    lines = ["| knob | default | allowed | meaning |", "|---|---|---|---|"]
+    for group in GROUPS:
+        lines.append(f"| **{group}** | | | |")
+        for k in (k for k in knob_table() if k.group == group):
+            shown_flags = " or ".join(f"`{f}`" for f in flags(k))
+            if k.kind == "bool":
+                shown_flags = f"`{flags(k)[0]}` / `--no-{flags(k)[0][2:]}`"
+            default = {True: "on", False: "off"}.get(k.default, k.default) if k.kind == "bool" else k.default
+            lines.append(f"| {shown_flags} | `{default}` | {k.described()} | {' '.join(k.help.split())} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m mulo.config: the knob table of docs/method.md
+    print(markdown_table(), end="")

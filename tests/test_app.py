@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from mulo.config import knob_table
 from mulo.trace import Trace
 from mulo.ui import handlers, viz
 from mulo.ui.files import DISPLAY, example_traces
-from mulo.ui.knobs import KNOBS, family_knobs
+from mulo.ui.knobs import family_knobs
 from mulo.ui.text import describe_token
 
 
@@ -90,12 +91,12 @@ def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
 
 
 def test_switching_family_shows_its_defaults_and_codebook_ranges():
-    names = [name for name, *_ in KNOBS]
+    names = [k.key for k in knob_table()]
     toy = dict(zip(names, family_knobs("toy"), strict=True))
     twemoji = dict(zip(names, family_knobs("twemoji-64"), strict=True))
     assert toy["cfg"]["value"] == 4.0 and twemoji["cfg"]["value"] == 1.0  # each family's recommendation
     assert twemoji["k"]["maximum"] == 31 and twemoji["top_k"]["maximum"] == 32  # 32 codes: k < 32
-    assert toy["k"]["maximum"] == 64 and toy["top_k"]["maximum"] == 128
+    assert toy["k"]["maximum"] == 127 and toy["top_k"]["maximum"] == 128
     with pytest.raises(gr.Error, match="family must be one of"):
         family_knobs("nope")
 
@@ -138,7 +139,7 @@ def test_a_tree_method_in_the_third_column_shows_each_rounds_draft_tree(method):
     assert shown[8].value is not None
     exported = handlers.export_figure(state, method, 1)
     assert Path(exported).name.startswith(f"tree-round2-{method}") and Image.open(exported).size[0] > 600
-    with pytest.raises(gr.Error, match="tree_depth must be an integer in \\[1, 12\\]"):
+    with pytest.raises(gr.Error, match="tree_depth must be an integer in \\[1, 16\\]"):
         run(third=method, tree_depth=40)
 
 

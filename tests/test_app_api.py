@@ -12,9 +12,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from gradio_client import Client  # noqa: E402
 
 import app  # noqa: E402
+from mulo.config import knob_table  # noqa: E402
 from mulo.trace import Trace  # noqa: E402
 from mulo.ui.files import DISPLAY  # noqa: E402
-from mulo.ui.knobs import KNOBS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +127,10 @@ def test_seeds_are_exact_integers_below_2_pow_63(client):
     [
         ("tau", -1, "tau must be a number in [0, 1.01] (got -1)"),
         ("tau", "5", "tau must be a number in [0, 1.01] (got '5')"),
-        ("radius", 10**400, "radius must be an integer in [0, 4] (got 1000000000000000000000000000000000000..."),
-        ("k", 2.5, "k must be an integer in [0, 64] (got 2.5)"),
-        ("cfg", True, "cfg must be a number in [1, 8] (got True)"),
-        ("r", "2", "r must be one of 2, 4 (got '2')"),
+        ("radius", 10**400, "radius must be an integer in [0, 8] (got 1000000000000000000000000000000000000..."),
+        ("k", 2.5, "k must be an integer in [0, 127] (got 2.5)"),
+        ("cfg", True, "cfg must be a number in [0, 20] (got True)"),
+        ("r", "2", "r must be one of 2, 4 (the family's drafter ratios) (got '2')"),
         ("drafting", 3, "drafting must be one of sequential, zipar (got 3)"),
         ("third", "eagle", "third method must be one of none, zipar, sjd, sd, lantern, eagle2 (got 'eagle')"),
     ],
@@ -164,7 +164,7 @@ def test_raw_http_with_only_the_required_inputs_and_monitoring(client):
     import urllib.error
     import urllib.request
 
-    wanted = 4 + len(KNOBS)  # prompt, seed, family, third, then every knob
+    wanted = 4 + len(knob_table())  # prompt, seed, family, third, then every knob
     assert f"/generate needs at least prompt and seed (got 0 of {wanted} inputs)" in _raw(client, [])
     assert "event: complete" in _raw(client, ["red apple", 7])  # every other input: the family's value
     nan_tau = _raw(client, ["red apple", 0, "toy", "none", None, float("nan")])  # r, then tau

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mulo.config import ConfigError, knob_keys
+from mulo.config import MULO, MULO_DRAFTING, SAMPLING, ConfigError, keys_in, knob_keys
 from mulo.methods import ar, eagle2, lantern, sjd, speculative, zipar
 from mulo.methods import mulo as mulo_sd
 
 # Knobs every method reads: the target (and any drafter) samples this way.
-SAMPLING_KNOBS = ("cfg", "temperature", "top_k", "top_p", "aliases")
+SAMPLING_KNOBS = keys_in(SAMPLING)  # cfg, temperature, top_k, top_p, aliases
 
 
 def _needs_draft_model(family, config, method: str) -> None:
@@ -110,10 +110,7 @@ def get(name) -> Method:
     return REGISTRY[name]
 
 
-MULO_KNOBS = (
-    "r", "tau", "k", "radius", "rows_per_block", "drafting", "resampling", "upsampler",
-    "draft_window", "island_window", "refresh",
-)  # fmt: skip
+MULO_KNOBS = keys_in(MULO, MULO_DRAFTING)  # the knobs config.py groups under MuLo-SD
 TREE_KNOBS = ("tree_budget", "tree_depth", "tree_top_k")  # EAGLE-2's draft tree, which LANTERN verifies too
 
 register(Method("ar", "AR", ar.generate, "plain autoregressive decoding, one target pass per token", baseline=False))

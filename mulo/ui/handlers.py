@@ -6,20 +6,21 @@ one GPU function, ``spaces.GPU`` on ZeroGPU); every other handler reads the sess
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 
 import gradio as gr
 import numpy as np
 
-from mulo.config import ConfigError
+from mulo.config import ConfigError, knob_table
 from mulo.streams import Returning
 from mulo.trace import Trace
 from mulo.tracefile import MAX_TRACE_BYTES, TraceError, parse, read_json_file
 from mulo.ui import engines, viz
 from mulo.ui.files import DISPLAY, EXAMPLES_DIR, example_traces, save_bytes, save_png, shown
 from mulo.ui.inputs import GenerateRequest, parse_request
-from mulo.ui.knobs import KNOBS, baselines, family_limits, method_knobs, method_plan
+from mulo.ui.knobs import baselines, family_bounds, method_knobs, method_plan
 from mulo.ui.markdown import plain
 from mulo.ui.spaces_compat import gpu
 from mulo.ui.text import describe_token, replay_summary, round_info, stats_markdown
@@ -30,51 +31,39 @@ MAX_GIF_FRAMES = 48  # a GIF of a long run shows this many rounds, evenly spaced
 
 
 # -- generation ---------------------------------------------------------------------------------
-def generate(
-    prompt,
-    seed,
-    family=engines.DEFAULT_FAMILY,
-    third="none",
-    r=None,
-    tau=None,
-    k=None,
-    radius=None,
-    rows_per_block=None,
-    drafting=None,
-    resampling=None,
-    upsampler=None,
-    draft_window=None,
-    island_window=None,
-    zipar_window=None,
-    tree_budget=None,
-    tree_depth=None,
-    tree_top_k=None,
-    cfg=None,
-    temperature=None,
-    top_k=None,
-    top_p=None,
-    progress=gr.Progress(),  # noqa: B008 (gradio injects the tracker through this default)
-):
+def generate(prompt, seed, family=engines.DEFAULT_FAMILY, third="none", progress=None, **knob_values):
     """Stream AR, MuLo-SD (and a baseline) one after the other on the same prompt, seed and
     settings; the final update adds the statistics, the traces (JSON) and the trace files.
-
-    The public ``/generate`` endpoint: ``prompt`` and ``seed`` are required, every other
-    parameter has the UI's default (None = the family's recommended value)."""
-    knob_values = {
-        "r": r, "tau": tau, "k": k, "radius": radius, "rows_per_block": rows_per_block, "drafting": drafting,
-        "resampling": resampling, "upsampler": upsampler, "draft_window": draft_window,
-        "island_window": island_window, "zipar_window": zipar_window, "tree_budget": tree_budget,
-        "tree_depth": tree_depth, "tree_top_k": tree_top_k, "cfg": cfg, "temperature": temperature,
-        "top_k": top_k, "top_p": top_p,
-    }  # fmt: skip
+    ``knob_values``: knob keys (``config.knob_table()``) -> values; None = the family's value."""
     try:  # every problem is reported before any model runs
         request = parse_request(
             prompt, seed, engines.DEFAULT_FAMILY if family is None else family, "none" if third is None else third,
-            knob_values, KNOBS, family_limits, engines.FAMILY_CHOICES, baselines(),
+            knob_values, knob_table(), family_bounds, engines.FAMILY_CHOICES, baselines(),
         )  # fmt: skip
     except ConfigError as exc:
         raise gr.Error(str(exc)) from None
-    yield from run_request(request, progress)
+    yield from run_request(request, progress or (lambda *a, **kw: None))
+
+
+def generate_endpoint():
+    """``generate`` as the app's ``/generate``: prompt, seed, family, third, then every knob of
+    ``config.knob_table()`` as a parameter of its own (its key), read when the app is built."""
+    keys = [k.key for k in knob_table()]
+
+    def endpoint(*values):  # gradio passes the inputs positionally, its progress tracker last
+        *inputs, progress = values
+        prompt, seed, family, third, *knobs = inputs
+        yield from generate(prompt, seed, family, third, progress, **dict(zip(keys, knobs, strict=True)))
+
+    required = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in ("prompt", "seed")]
+    optional = [("family", engines.DEFAULT_FAMILY), ("third", "none"), *((key, None) for key in keys)]
+    optional.append(("progress", gr.Progress()))  # gradio finds its tracker by this default
+    params = required + [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d) for n, d in optional]
+    endpoint.__signature__ = inspect.Signature(params)
+    endpoint.__name__ = endpoint.__qualname__ = "generate"
+    endpoint.__doc__ = """The public ``/generate`` endpoint: ``prompt`` and ``seed`` are required, every
+    other parameter has the UI's default (None = the family's recommended value)."""
+    return endpoint
 
 
 def run_request(request: GenerateRequest, progress):

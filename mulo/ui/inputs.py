@@ -14,16 +14,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from mulo.config import ConfigError, validate_prompt
+from mulo.config import ConfigError, shown, validate_prompt
 
 SEED_LIMIT = 2**63  # seeds are integers in [0, 2^63): torch.Generator.manual_seed's range
 SEED_DIGITS = 19
-
-
-def _shown(value) -> str:
-    """A value as a short repr for an error message (a 400-digit number stays one line)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class RawSlider(gr.Slider):
@@ -47,6 +41,16 @@ class RawRadio(gr.Radio):
         values = [value for _, value in self.choices]
         kind = "integer" if all(isinstance(v, int) for v in values) else "string"
         return {"type": kind, "enum": values}
+
+
+class RawCheckbox(gr.Checkbox):
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload  # a non-boolean is reported by parse_request, not read as truthy
+
+    def api_info(self):
+        return {"type": "boolean"}
 
 
 class RawDropdown(gr.Dropdown):
@@ -101,31 +105,8 @@ def parse_seed(seed) -> int:
     elif isinstance(seed, float) and math.isfinite(seed) and seed.is_integer() and abs(seed) <= 2**53:
         value = int(seed)  # exact: a float holds every integer up to 2^53
     if value is None or not 0 <= value < SEED_LIMIT:
-        raise ConfigError(f"seed must be an integer in [0, 2^63) (got {_shown(seed)})")
+        raise ConfigError(f"seed must be an integer in [0, 2^63) (got {shown(seed)})")
     return value
-
-
-def parse_knob(name: str, value, spec, high=None):
-    """One knob's request value, or ``ConfigError`` naming the knob and what it allows.
-
-    ``spec`` is a ``KNOBS`` entry's: a list of choices, or (low, high, step) of a slider whose
-    step 1 means whole numbers; ``high`` overrides the maximum (the family's codebook)."""
-    if isinstance(spec, list):
-        numeric = all(isinstance(c, int) for c in spec)
-        ok = not isinstance(value, bool) and isinstance(value, (int, float) if numeric else str) and value in spec
-        if not ok:
-            raise ConfigError(f"{name} must be one of {', '.join(map(str, spec))} (got {_shown(value)})")
-        return int(value) if numeric else value
-    low, top, step = spec
-    top = top if high is None else high
-    integer = step == 1
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    finite = number and (isinstance(value, int) or math.isfinite(value))
-    whole = finite and (isinstance(value, int) or float(value).is_integer())
-    if not (finite and low <= value <= top and (whole or not integer)):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{name} must be {kind} in [{low:g}, {top:g}] (got {_shown(value)})")
-    return int(value) if integer else float(value)
 
 
 @dataclass
@@ -139,10 +120,10 @@ class GenerateRequest:
     knobs: dict  # GenerationConfig keys -> values; knobs left empty take the family's defaults
 
 
-def parse_request(prompt, seed, family, third, knob_values: dict, knobs, limits_for, families, baselines):
+def parse_request(prompt, seed, family, third, knob_values: dict, table, bounds_for, families, baselines):
     """Check every field of a request before any model runs; raise ``ConfigError`` on the first
-    problem. ``knobs``: the app's ``KNOBS`` table; ``limits_for(family)``: that family's slider
-    maxima (called once the family name is known to be valid)."""
+    problem. ``table``: ``config.knob_table()``; ``bounds_for(family)``: that family's codebook size
+    and drafter ratios (called once the family name is known to be valid)."""
     if prompt is None:
         raise ConfigError("prompt is required")
     prompt = validate_prompt(prompt)
@@ -150,12 +131,13 @@ def parse_request(prompt, seed, family, third, knob_values: dict, knobs, limits_
         raise ConfigError("seed is required: an integer in [0, 2^63)")
     seed = parse_seed(seed)
     if not isinstance(family, str) or family not in families:
-        raise ConfigError(f"family must be one of {', '.join(families)} (got {_shown(family)})")
+        raise ConfigError(f"family must be one of {', '.join(families)} (got {shown(family)})")
     if not isinstance(third, str) or third not in baselines:
-        raise ConfigError(f"third method must be one of {', '.join(baselines)} (got {_shown(third)})")
-    limits, values = limits_for(family), {}
-    for name, _, _, spec in knobs:
-        value = knob_values.get(name)
+        raise ConfigError(f"third method must be one of {', '.join(baselines)} (got {shown(third)})")
+    vocab_size, ratios = bounds_for(family)
+    values = {}
+    for knob in table:
+        value = knob_values.get(knob.key)
         if value is not None:
-            values[name] = parse_knob(name, value, spec, limits.get(name))
+            values[knob.key] = knob.check(value, vocab_size, ratios, coerce=True)
     return GenerateRequest(prompt, seed, family, third, values)

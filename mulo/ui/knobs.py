@@ -1,105 +1,76 @@
-"""The request's knobs: the Advanced accordion's inputs, each family's values and ranges, and
-which knobs each method of a request reads."""
+"""The request's knobs in the app: the Advanced accordion's inputs (one row per group of
+``config.knob_table()``), each family's values and ranges, and which knobs each method reads."""
 
 from __future__ import annotations
 
 import gradio as gr
 
 from mulo import methods
-from mulo.config import DRAFTING, RESAMPLING, UPSAMPLERS, GenerationConfig
+from mulo.config import GROUPS, GenerationConfig, Knob, knob_table
 from mulo.ui import engines
-from mulo.ui.inputs import RawRadio, RawSlider
-
-# Every knob of the Advanced accordion: (name, label, one-line explanation, choices or (min, max, step)).
-# Names are GenerationConfig's keys; the values shown are the default family's recommended ones.
-KNOBS = [
-    ("r", "r", "resolution ratio target / drafter", [2, 4]),
-    ("tau", "τ (tau)", "accept a draft token iff its pooled target probability ≥ τ; > 1 rejects all", (0, 1.01, 0.01)),
-    ("k", "k", "codebook neighbours pooled with the draft token (0 = the token alone)", (0, 64, 1)),
-    ("radius", "l (radius)", "re-open the (2l+1)² square around each rejection, never before t0", (0, 4, 1)),
-    ("rows_per_block", "rows per block", "low-res rows drafted per round; 0 = auto", (0, 16, 1)),
-    ("drafting", "drafting", "drafter decodes row by row, or ZipAR-parallel", list(DRAFTING)),
-    (
-        "resampling",
-        "resampling",
-        "raster: one target pass per re-opened token (v1); islands: all in parallel (v2)",
-        list(RESAMPLING),
-    ),  # fmt: skip
-    (
-        "upsampler",
-        "up-sampler",
-        "pixel: decode, resize, re-encode; learned: the family's token up-sampler",
-        list(UPSAMPLERS),
-    ),  # fmt: skip
-    (
-        "draft_window",
-        "drafter ZipAR window",
-        "drafting=zipar: a row starts once the row above has this many tokens",
-        (1, 16, 1),
-    ),  # fmt: skip
-    (
-        "island_window",
-        "island ZipAR window",
-        "0 = raster order inside each island; w > 0 = ZipAR inside islands",
-        (0, 16, 1),
-    ),  # fmt: skip
-    (
-        "zipar_window",
-        "ZipAR window (baseline)",
-        "ZipAR baseline: row i+1 starts once row i has this many tokens",
-        (1, 16, 1),
-    ),  # fmt: skip
-    ("tree_budget", "EAGLE-2 tree budget", "EAGLE-2: tokens verified per round (root + tree nodes)", (2, 128, 1)),
-    ("tree_depth", "EAGLE-2 tree depth", "EAGLE-2: tree depth = drafter passes per round", (1, 12, 1)),
-    ("tree_top_k", "EAGLE-2 top-k", "EAGLE-2: continuations per expanded node, nodes expanded per depth", (1, 32, 1)),
-    ("cfg", "CFG scale", "classifier-free guidance u + s·(c − u); 1 = none", (1, 8, 0.5)),
-    ("temperature", "temperature", "0 = greedy", (0, 2, 0.05)),
-    ("top_k", "top-k", "keep the k most likely codes; 0 = off", (0, 512, 1)),
-    ("top_p", "top-p", "nucleus mass; 1 = off", (0.05, 1, 0.05)),
-]
+from mulo.ui.inputs import RawCheckbox, RawRadio, RawSlider
 
 
-def knob_limits(vocab_size: int) -> dict[str, int]:
-    """Slider maxima that depend on the family's codebook: pooling needs k < V, top-k <= V."""
-    return {"k": min(64, vocab_size - 1), "top_k": min(512, vocab_size), "tree_top_k": min(32, vocab_size)}
+def family_bounds(family: str) -> tuple[int, tuple[int, ...]]:
+    """``family``'s codebook size and drafter ratios, what knob ranges depend on (loads the
+    family; a missing one is a gr.Error)."""
+    loaded = engines.engine_for(family).family
+    return loaded.vocab_size, tuple(loaded.ratios)
 
 
-def family_limits(family: str) -> dict[str, int]:
-    """``knob_limits`` of ``family``'s codebook (loads the family; a missing one is a gr.Error)."""
-    return knob_limits(engines.engine_for(family).family.vocab_size)
+def knob_component(knob: Knob, value, vocab_size: int | None = None, ratios: tuple = ()) -> gr.components.Component:
+    """The input of one knob: a checkbox, a radio over its choices (r: the family's ratios) or a
+    slider over its range, with the family's codebook capping it."""
+    info = " ".join(knob.help.split())
+    if knob.kind == "bool":
+        return RawCheckbox(value=value, label=knob.label, info=info)
+    options = knob.choices or (ratios if knob.ratios else ())
+    if options:
+        return RawRadio(list(options), value=value, label=knob.label, info=info)
+    high = knob.maximum(vocab_size)
+    low = knob.auto if knob.auto is not None else knob.low
+    return RawSlider(low, high, value=min(value, high), step=knob.step, label=knob.label, info=info)
 
 
-def knob_component(knob: tuple, value, limits: dict | None = None) -> gr.components.Component:
-    """The input of one ``KNOBS`` entry: a radio over its choices or a slider over its range."""
-    name, label, info, spec = knob
-    if isinstance(spec, list):
-        return RawRadio(spec, value=value, label=label, info=info)
-    low, high, step = spec
-    high = (limits or {}).get(name, high)
-    return RawSlider(low, high, value=min(value, high), step=step, label=label, info=info)
+def advanced_panel(defaults: dict, vocab_size: int | None, ratios: tuple) -> list[gr.components.Component]:
+    """The Advanced accordion's knob inputs, laid out one row per group (inside a Blocks context);
+    returned in ``knob_table()`` order, the order ``/generate`` takes them in."""
+    table = knob_table()
+    made = {}
+    for group in GROUPS:
+        members = [k for k in table if k.group == group]
+        if members:
+            gr.Markdown(f"**{group}**")
+            with gr.Row():
+                for k in members:
+                    made[k.key] = knob_component(k, defaults.get(k.key, k.default), vocab_size, ratios)
+    return [made[k.key] for k in table]
 
 
 def family_knobs(family: str) -> list:
-    """Updates of every ``KNOBS`` input when the family changes: its recommended values, and
-    slider ranges that fit its codebook (a missing family is a gr.Error from ``engine_for``)."""
-    engine = engines.engine_for(family)
-    defaults = engine.make_config(None).to_dict()
-    limits = knob_limits(engine.family.vocab_size)
+    """Updates of every knob input when the family changes: its recommended values, r's choices
+    (its drafters) and slider ranges that fit its codebook (a missing family is a gr.Error)."""
+    defaults = engines.engine_for(family).make_config(None).to_dict()
+    vocab_size, ratios = family_bounds(family)
     updates = []
-    for name, *_ in KNOBS:
-        if name in limits:
-            updates.append(gr.update(value=min(defaults[name], limits[name]), maximum=limits[name]))
+    for knob in knob_table():
+        value = defaults.get(knob.key, knob.default)
+        if knob.ratios:
+            updates.append(gr.update(value=value, choices=list(ratios)))
+        elif knob.vocab_cap is not None:
+            high = knob.maximum(vocab_size)
+            updates.append(gr.update(value=min(value, high), maximum=high))
         else:
-            updates.append(gr.update(value=defaults[name]))
+            updates.append(gr.update(value=value))
     return updates
 
 
-def default_limits() -> dict:
-    """Slider maxima for the default family (the widest ranges when it is not installed)."""
+def default_bounds() -> tuple[int | None, tuple[int, ...]]:
+    """The default family's codebook size and ratios (the widest ranges when it is not installed)."""
     try:
-        return family_limits(engines.DEFAULT_FAMILY)
+        return family_bounds(engines.DEFAULT_FAMILY)
     except gr.Error:
-        return {}
+        return None, (2, 4)
 
 
 def default_config() -> dict:
