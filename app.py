@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
@@ -60,143 +61,149 @@ def build_demo() -> gr.Blocks:
             gr.Markdown(EXPLAINER)
         state = gr.State(time_to_live=STATE_TTL_S)
         with gr.Tab("Generate"):
-            with gr.Row():
-                prompt = RawText(
-                    "red apple",
-                    label="prompt",
-                    elem_id="prompt",
-                    scale=4,
-                    max_lines=1,
-                    info=engines.prompt_info(engines.DEFAULT_FAMILY),
-                )
-                seed = SeedBox("0", label="seed", elem_id="seed", max_lines=1, scale=1, info="integer in [0, 2^63)")
-                randomize = gr.Button("🎲 randomize", scale=0)
-                run = gr.Button("Generate", variant="primary", scale=0, elem_id="generate")
-                stop = gr.Button("Stop", variant="stop", scale=0, elem_id="stop")
-            gr.Examples([[p] for p in EXAMPLE_PROMPTS], [prompt], label="examples")
-            with gr.Accordion("Advanced", open=False):
-                with gr.Row():
-                    family = RawDropdown(
-                        list(engines.FAMILY_CHOICES),
-                        value=engines.DEFAULT_FAMILY,
-                        label="family",
-                        info="twemoji (32x32 tokens), twemoji-64 (16x16): trained by us, run on a CPU; toy: random "
-                        "weights (code paths only); tar: the real Tar models (GPU, weights from "
-                        "`python -m mulo download tar`)",
-                    )
-                    third = RawDropdown(
-                        list(baselines()),
-                        value="none",
-                        label="third column",
-                        info="also run a baseline on the same request",
-                    )
-                knobs = advanced_panel(default_config(), *default_bounds())
-            with gr.Row(equal_height=True):
-                with gr.Column():
-                    img_ar = gr.Image(label="baseline AR", elem_id="ar", format="png", interactive=False, height=280)
-                    md_ar = gr.Markdown(elem_id="stats-ar", label="AR stats")
-                with gr.Column():
-                    img_mulo = gr.Image(label="MuLo-SD", elem_id="mulo", format="png", interactive=False, height=280)
-                    md_mulo = gr.Markdown(elem_id="stats-mulo", label="MuLo-SD stats")
-                with gr.Column():
-                    img_third = gr.Image(
-                        label="baseline (third column)", elem_id="third", format="png", interactive=False, height=280
-                    )
-                    md_third = gr.Markdown(elem_id="stats-third", label="third stats")
-            gr.Markdown(METRICS_LEGEND, elem_id="legend")
-            with gr.Accordion("Trace JSON", open=False):
-                json_ar = gr.JSON(label="AR trace")
-                json_mulo = gr.JSON(label="MuLo-SD trace")
-                downloads = gr.File(label="download traces", file_count="multiple", elem_id="downloads")
+            request, results = request_inputs(), result_columns()
         with gr.Tab("Replay a trace"):
-            with gr.Row():
-                upload = gr.File(label="trace JSON", file_types=[".json"], type="filepath", elem_id="trace-upload")
-                example = gr.Dropdown(example_traces(), value=None, label="bundled example traces")
-                load = gr.Button("Load", variant="primary", scale=0, elem_id="load")
-            with gr.Row():
-                img_replay = gr.Image(label="replayed image", format="png", interactive=False, height=280)
-                md_replay = gr.Markdown(elem_id="replay-summary")
-        gr.Markdown("## Rounds")
-        with gr.Row():
-            run_pick = gr.Radio([], label="run", elem_id="run-pick")
-            opacity = gr.Slider(0, 1, value=0.55, step=0.05, label="overlay opacity")
-            layers = gr.CheckboxGroup(
-                ["accepted", "rejected", "reopened", "t0"],
-                value=["accepted", "rejected", "reopened", "t0"],
-                label="layers",
-            )
-        with gr.Row():
-            prev_btn = gr.Button("◀ previous", scale=0)
-            round_slider = gr.Slider(0, 1, value=0, step=1, label="round", elem_id="round", interactive=False)
-            next_btn = gr.Button("next ▶", scale=0)
-            play_btn = gr.Button("▶ play", scale=0)
-        round_md = gr.Markdown(elem_id="round-info")
-        with gr.Row():
-            r_draft = gr.Image(label="up-sampled draft", format="png", interactive=False, height=260)
-            r_tokens = gr.Image(label="acceptance map (tokens): click a token", format="png", interactive=False,
-                                height=260, elem_id="token-map")  # fmt: skip
-            r_overlay = gr.Image(label="acceptance over the draft image", format="png", interactive=False, height=260)
-        with gr.Row():
-            r_islands = gr.Image(label="islands (one colour each)", format="png", interactive=False, height=260)
-            r_final = gr.Image(label="round each token became final (dark = early)", format="png",
-                               interactive=False, height=260)  # fmt: skip
-            r_canvas = gr.Image(label="canvas after the round", format="png", interactive=False, height=260)
-        token_md = gr.Markdown("Click a token of the acceptance map to see its history.", elem_id="token-info")
-        tree_plot = gr.Plot(label="draft tree of the round (EAGLE-2)", visible=False, elem_id="tree")
-        with gr.Row():
-            latency = gr.Plot(label="latency by stage")
-            timeline = gr.Plot(label="per-round timeline")
-        with gr.Row():
-            fig_btn = gr.Button("PNG figure of this round")
-            gif_btn = gr.Button("GIF of the rounds")
-            export = gr.File(label="export", elem_id="export")
-
-        round_outputs = [r_draft, r_tokens, r_overlay, r_islands, r_final, r_canvas, round_md, timeline, tree_plot]
-        private = dict(api_visibility="private")
-        # Replays and drawings read the session's own state only: they run beside generation (its
-        # "gpu" lane) in lanes of their own, several at a time, so a slow one never queues the others.
-        replay_lane = dict(concurrency_id="replay", concurrency_limit=2, **private)
-        view_lane = dict(concurrency_id="view", concurrency_limit=4, **private)
-        family.input(family_knobs, family, knobs, **private)  # its recommended values and ranges
-        family.input(lambda f: gr.Textbox(info=engines.prompt_info(f)), family, prompt, **private)  # its styles
-        randomize.click(lambda: str(np.random.default_rng().integers(0, 2**63)), None, seed, **private)
-        gen = run.click(
-            generate_endpoint(),
-            [prompt, seed, family, third, *knobs],
-            [img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, downloads, state],
-            api_name="generate",
-            concurrency_id="gpu",
-            concurrency_limit=1,
-        )
-        shown_round = gen.success(after_generate, state, [run_pick, round_slider, latency], **view_lane)
-        shown_round.then(show_round, [state, run_pick, round_slider, opacity, layers], round_outputs, **view_lane)
-        stop.click(None, cancels=[gen], **private)
-        replay = load.click(load_trace, [upload, example], [img_replay, md_replay, state], **replay_lane)
-        replay.success(after_generate, state, [run_pick, round_slider, latency], **view_lane).then(
-            show_round, [state, run_pick, round_slider, opacity, layers], round_outputs, **view_lane
-        )
-        redraw = dict(
-            fn=show_round,
-            inputs=[state, run_pick, round_slider, opacity, layers],
-            outputs=round_outputs,
-            show_progress="hidden",
-            **view_lane,
-        )
-        round_slider.change(**redraw)
-        opacity.release(**redraw)
-        layers.change(**redraw)
-        run_pick.input(**redraw)
-        prev_btn.click(
-            lambda i, s, lab: step_round(i, -1, s, lab), [round_slider, state, run_pick], round_slider, **private
-        )
-        next_btn.click(
-            lambda i, s, lab: step_round(i, 1, s, lab), [round_slider, state, run_pick], round_slider, **private
-        )
-        play_btn.click(play_rounds, [state, run_pick], round_slider, **private)
-        r_tokens.select(token_info, [state, run_pick, round_slider], token_md, **view_lane)
-        fig_btn.click(export_figure, [state, run_pick, round_slider], export, **view_lane)
-        gif_btn.click(export_gif, [state, run_pick], export, **view_lane)
+            replay = replay_inputs()
+        rounds = rounds_panel()
+        wire(state, request, results, replay, rounds)
     return demo
+
+
+def request_inputs() -> SimpleNamespace:
+    """Prompt, seed and buttons; the Advanced accordion: family, third column and every knob."""
+    with gr.Row():
+        prompt = RawText(
+            "red apple",
+            label="prompt",
+            elem_id="prompt",
+            scale=4,
+            max_lines=1,
+            info=engines.prompt_info(engines.DEFAULT_FAMILY),
+        )
+        seed = SeedBox("0", label="seed", elem_id="seed", max_lines=1, scale=1, info="integer in [0, 2^63)")
+        randomize = gr.Button("🎲 randomize", scale=0)
+        run = gr.Button("Generate", variant="primary", scale=0, elem_id="generate")
+        stop = gr.Button("Stop", variant="stop", scale=0, elem_id="stop")
+    gr.Examples([[p] for p in EXAMPLE_PROMPTS], [prompt], label="examples")
+    with gr.Accordion("Advanced", open=False):
+        with gr.Row():
+            family = RawDropdown(
+                list(engines.family_choices()), value=engines.DEFAULT_FAMILY, label="family", info=engines.family_info()
+            )
+            third = RawDropdown(
+                list(baselines()), value="none", label="third column", info="also run a baseline on the same request"
+            )
+        knobs = advanced_panel(default_config(), *default_bounds())
+    return SimpleNamespace(prompt=prompt, seed=seed, randomize=randomize, run=run, stop=stop, family=family,
+                           third=third, knobs=knobs)  # fmt: skip
+
+
+def result_columns() -> SimpleNamespace:
+    """AR, MuLo-SD and the third column: image and numbers each; the traces as JSON and files."""
+    images, stats = [], []
+    with gr.Row(equal_height=True):
+        for label, key, title in (("baseline AR", "ar", "AR"), ("MuLo-SD", "mulo", "MuLo-SD"),
+                                  ("baseline (third column)", "third", "third")):  # fmt: skip
+            with gr.Column():
+                images.append(gr.Image(label=label, elem_id=key, format="png", interactive=False, height=280))
+                stats.append(gr.Markdown(elem_id=f"stats-{key}", label=f"{title} stats"))
+    gr.Markdown(METRICS_LEGEND, elem_id="legend")
+    with gr.Accordion("Trace JSON", open=False):
+        jsons = [gr.JSON(label="AR trace"), gr.JSON(label="MuLo-SD trace")]
+        downloads = gr.File(label="download traces", file_count="multiple", elem_id="downloads")
+    return SimpleNamespace(outputs=[*images, *stats, *jsons, downloads])
+
+
+def replay_inputs() -> SimpleNamespace:
+    with gr.Row():
+        upload = gr.File(label="trace JSON", file_types=[".json"], type="filepath", elem_id="trace-upload")
+        example = gr.Dropdown(example_traces(), value=None, label="bundled example traces")
+        load = gr.Button("Load", variant="primary", scale=0, elem_id="load")
+    with gr.Row():
+        image = gr.Image(label="replayed image", format="png", interactive=False, height=280)
+        summary = gr.Markdown(elem_id="replay-summary")
+    return SimpleNamespace(upload=upload, example=example, load=load, image=image, summary=summary)
+
+
+def rounds_panel() -> SimpleNamespace:
+    """The chosen run's rounds: a slider over them, the round's six pictures, a token's history, the
+    draft tree, latency plots and exports."""
+    gr.Markdown("## Rounds")
+    with gr.Row():
+        run_pick = gr.Radio([], label="run", elem_id="run-pick")
+        opacity = gr.Slider(0, 1, value=0.55, step=0.05, label="overlay opacity")
+        every_layer = ["accepted", "rejected", "reopened", "t0"]
+        layers = gr.CheckboxGroup(every_layer, value=every_layer, label="layers")
+    with gr.Row():
+        prev_btn = gr.Button("◀ previous", scale=0)
+        slider = gr.Slider(0, 1, value=0, step=1, label="round", elem_id="round", interactive=False)
+        next_btn = gr.Button("next ▶", scale=0)
+        play_btn = gr.Button("▶ play", scale=0)
+    info = gr.Markdown(elem_id="round-info")
+    picture = dict(format="png", interactive=False, height=260)
+    with gr.Row():
+        draft = gr.Image(label="up-sampled draft", **picture)
+        tokens = gr.Image(label="acceptance map (tokens): click a token", elem_id="token-map", **picture)
+        overlay = gr.Image(label="acceptance over the draft image", **picture)
+    with gr.Row():
+        islands = gr.Image(label="islands (one colour each)", **picture)
+        final = gr.Image(label="round each token became final (dark = early)", **picture)
+        canvas = gr.Image(label="canvas after the round", **picture)
+    token_md = gr.Markdown("Click a token of the acceptance map to see its history.", elem_id="token-info")
+    tree_plot = gr.Plot(label="draft tree of the round (EAGLE-2)", visible=False, elem_id="tree")
+    with gr.Row():
+        latency = gr.Plot(label="latency by stage")
+        timeline = gr.Plot(label="per-round timeline")
+    with gr.Row():
+        fig_btn = gr.Button("PNG figure of this round")
+        gif_btn = gr.Button("GIF of the rounds")
+        export = gr.File(label="export", elem_id="export")
+    return SimpleNamespace(
+        run_pick=run_pick, opacity=opacity, layers=layers, prev_btn=prev_btn, slider=slider, next_btn=next_btn,
+        play_btn=play_btn, tokens=tokens, token_md=token_md, latency=latency, fig_btn=fig_btn, gif_btn=gif_btn,
+        export=export, outputs=[draft, tokens, overlay, islands, final, canvas, info, timeline, tree_plot],
+    )  # fmt: skip
+
+
+def wire(state, request: SimpleNamespace, results: SimpleNamespace, replay: SimpleNamespace, rounds: SimpleNamespace):
+    """The events. Replays and drawings read the session's own state only: they run beside
+    generation (its "gpu" lane) in lanes of their own, several at a time, so a slow one never
+    queues the others."""
+    private = dict(api_visibility="private")
+    replay_lane = dict(concurrency_id="replay", concurrency_limit=2, **private)
+    view_lane = dict(concurrency_id="view", concurrency_limit=4, **private)
+    family, prompt = request.family, request.prompt
+    family.input(family_knobs, family, request.knobs, **private)  # its recommended values and ranges
+    family.input(lambda f: gr.Textbox(info=engines.prompt_info(f)), family, prompt, **private)  # its styles
+    request.randomize.click(lambda: str(np.random.default_rng().integers(0, 2**63)), None, request.seed, **private)
+    gen = request.run.click(
+        generate_endpoint(),
+        [prompt, request.seed, family, request.third, *request.knobs],
+        [*results.outputs, state],
+        api_name="generate",
+        concurrency_id="gpu",
+        concurrency_limit=1,
+    )
+    chosen = [state, rounds.run_pick, rounds.slider]
+    show = dict(fn=show_round, inputs=[*chosen, rounds.opacity, rounds.layers], outputs=rounds.outputs)
+    after = dict(fn=after_generate, inputs=state, outputs=[rounds.run_pick, rounds.slider, rounds.latency])
+    gen.success(**after, **view_lane).then(**show, **view_lane)
+    request.stop.click(None, cancels=[gen], **private)
+    loaded = replay.load.click(load_trace, [replay.upload, replay.example], [replay.image, replay.summary, state],
+                               **replay_lane)  # fmt: skip
+    loaded.success(**after, **view_lane).then(**show, **view_lane)
+    redraw = dict(show, show_progress="hidden", **view_lane)
+    rounds.slider.change(**redraw)
+    rounds.opacity.release(**redraw)
+    rounds.layers.change(**redraw)
+    rounds.run_pick.input(**redraw)
+    step = [rounds.slider, state, rounds.run_pick]
+    rounds.prev_btn.click(lambda i, s, lab: step_round(i, -1, s, lab), step, rounds.slider, **private)
+    rounds.next_btn.click(lambda i, s, lab: step_round(i, 1, s, lab), step, rounds.slider, **private)
+    rounds.play_btn.click(play_rounds, [state, rounds.run_pick], rounds.slider, **private)
+    rounds.tokens.select(token_info, chosen, rounds.token_md, **view_lane)
+    rounds.fig_btn.click(export_figure, chosen, rounds.export, **view_lane)
+    rounds.gif_btn.click(export_gif, [state, rounds.run_pick], rounds.export, **view_lane)
 
 
 LAUNCH_KW = dict(

@@ -14,9 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
+from mulo import families
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
 from mulo.config import flags, knob_table
-from mulo.families import DEFAULT_FAMILY, TRAINED
+from mulo.families import DEFAULT_FAMILY
 
 log = logging.getLogger("mulo")
 
@@ -42,6 +43,11 @@ def _method_help() -> str:
     return f"decoding method (default mulo). {listed}"
 
 
+def _family_help(trained: bool = False) -> str:
+    specs = [spec for spec in families.REGISTRY.values() if spec.trained or not trained]
+    return "; ".join(f"{spec.name}: {spec.summary}" for spec in specs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mulo", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--family",
         default=DEFAULT_FAMILY,
-        help=f"model family (default {DEFAULT_FAMILY}): twemoji, twemoji-64, toy, or tar (= tar-1.5b-512), "
-        "tar-1.5b-1024, tar-7b-512, tar-7b-1024",
+        help=f"model family (default {DEFAULT_FAMILY}). {_family_help()}",
     )
     gen.add_argument("--method", default="mulo", help=_method_help())
     gen.add_argument("--seed", type=int, default=0)
@@ -59,10 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
-    tr = sub.add_parser(
-        "train", help="train a model family (twemoji: 32x32 tokens, twemoji-64: 16x16, emoji: 32x32 in five styles)"
-    )
-    tr.add_argument("family", choices=TRAINED)
+    tr = sub.add_parser("train", help=f"train a model family ({_family_help(trained=True)})")
+    tr.add_argument("family", choices=families.trained())
     tr.add_argument("--smoke", action="store_true", help="a few steps of every stage on a few images")
     tr.add_argument("--device", default="cpu")
     tr.add_argument("--run-dir", type=Path, help="checkpoints and the report (default runs/FAMILY)")

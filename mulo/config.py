@@ -158,10 +158,11 @@ class GenerationConfig:
     )
     radius: int = knob(
         1,
-        "l: re-open the (2l+1)^2 square around each rejection (never before t0)",
+        "l: re-open the (2l+1)^2 square around each rejection (never before t0); a radius past the grid "
+        "re-opens everything after t0 (raster rejection)",
         label="l (radius)",
         group=MULO,
-        high=8,
+        high=64,  # the largest grid's side (Tar at 1024 px): every radius that changes anything
     )
     rows_per_block: int = knob(
         0,

@@ -108,6 +108,7 @@ class Engine:
                 rounds=rounds,
                 warnings=warnings,
                 condition_text=alias,
+                chain=methods.get(method).chain,
             )
             return Result(tokens, image, trace, ctx.pass_widths())
 

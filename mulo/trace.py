@@ -17,14 +17,6 @@ import numpy as np
 PHASES = ("condition", "drafter", "upsample", "verify", "resample", "downsample", "target", "vq_decode")
 
 
-def _registry():
-    """The method registry (``mulo.methods``), imported when first needed: it imports the
-    methods, which import this module for ``Round``."""
-    from mulo import methods
-
-    return methods
-
-
 @dataclass
 class Round:
     """One round. Masks are 0/1 ``[H, W]`` grids over the target grid.
@@ -125,6 +117,9 @@ class Trace:
     rounds: list[Round]
     warnings: list[str] = field(default_factory=list)  # e.g. prompt words the family does not know
     condition_text: str | None = None  # what was conditioned on instead of the prompt (an alias)
+    # The method verifies a left-to-right chain of drafts (its registry entry's ``chain``), recorded
+    # so a trace reads its own summary without the method registry, which sits above it.
+    chain: bool = False
 
     # -- summary metrics --------------------------------------------------------------------
     def summary(self) -> dict:
@@ -149,7 +144,7 @@ class Trace:
             committed.append(int((final & ~before).sum()))
             before = final
         # a chain method's rounds each commit an accepted prefix plus one token (vLLM's acceptance length)
-        chain = _registry().get(self.method).chain and committed
+        chain = self.chain and committed
         trees = [len(r.tree["token"]) for r in self.rounds if r.tree is not None]
         return {
             "nfe": dict(self.nfe),
@@ -189,6 +184,7 @@ class Trace:
             "rounds": [r.to_dict() for r in self.rounds],
             "warnings": list(self.warnings),
             "condition_text": self.condition_text,
+            "chain": self.chain,
         }
 
     @classmethod

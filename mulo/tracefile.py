@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from mulo.config import MAX_TREE_NODES
-from mulo.trace import PHASES, Round, Trace, _registry
+from mulo.trace import PHASES, Round, Trace
 
 MAX_GRID_SIDE = 64  # tokens per side: Tar at 1024 px (64x64) is the largest grid
 MAX_VOCAB = 16384  # codes: LlamaGen's VQ-16 is the largest codebook (the family's own when loaded)
@@ -165,7 +166,7 @@ TRACE_SCHEMA = {
     ],
     "properties": {
         "schema": {"const": "mulo.trace/1"},
-        "method": {"type": "string", "maxLength": 64},  # one of the registry's: checked in parse
+        "method": {"type": "string", "maxLength": 64},  # where the caller names the known methods, one of them
         "family": {"type": "string", "maxLength": 64},
         "prompt": _TEXT,
         "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
@@ -197,6 +198,7 @@ TRACE_SCHEMA = {
         "rounds": {"type": "array", "minItems": 1, "maxItems": MAX_GRID_SIDE**2, "items": ROUND_SCHEMA},
         "warnings": {"type": "array", "maxItems": MAX_ITEMS, "items": _TEXT},
         "condition_text": {"type": ["string", "null"], "maxLength": MAX_TEXT},
+        "chain": {"type": "boolean"},
     },
 }
 
@@ -371,21 +373,30 @@ def _check_config(config: dict, method: str, bounds: Bounds) -> None:
             _text(value, f"config/{key}")
 
 
-def trace_schema() -> dict:
-    """The JSON schema of a trace file, with the methods registered now."""
-    properties = dict(TRACE_SCHEMA["properties"], method={"enum": list(_registry().names())})
+# Traces written before a trace recorded ``chain`` (the field is optional): the chain methods then.
+CHAIN_METHODS_BEFORE_THE_FIELD = ("sjd", "sd", "lantern", "eagle2", "lantern_chain")
+
+
+def trace_schema(methods: Iterable[str] | None = None) -> dict:
+    """The JSON schema of a trace file; with ``methods`` (e.g. ``mulo.methods.names()``, the
+    registered ones) the method must be one of them. This module sits below the method registry,
+    so the caller that knows the methods names them."""
+    if methods is None:
+        return TRACE_SCHEMA
+    properties = dict(TRACE_SCHEMA["properties"], method={"enum": list(methods)})
     return dict(TRACE_SCHEMA, properties=properties)
 
 
-def validate(data: dict, vocab_size: int | None = None) -> None:
+def validate(data: dict, vocab_size: int | None = None, methods: Iterable[str] | None = None) -> None:
     """Raise ``TraceError`` (a ``ValueError``) naming the first problem if ``data`` is not a trace."""
-    parse(data, vocab_size)
+    parse(data, vocab_size, methods)
 
 
-def parse(data: dict, vocab_size: int | None = None) -> Trace:
+def parse(data: dict, vocab_size: int | None = None, methods: Iterable[str] | None = None) -> Trace:
     """Validate parsed JSON field by field (sizes first, then values) and build the ``Trace``.
 
-    ``vocab_size``: the codebook of the trace's family when it is loaded (else ``MAX_VOCAB``)."""
+    ``vocab_size``: the codebook of the trace's family when it is loaded (else ``MAX_VOCAB``);
+    ``methods``: the method names a caller can show (else any name)."""
     import jsonschema
 
     if not isinstance(data, dict):
@@ -396,7 +407,7 @@ def parse(data: dict, vocab_size: int | None = None) -> Trace:
     if shape_ok and isinstance(rounds, list) and len(rounds) > grid[0] * grid[1]:  # before validating them
         raise TraceError(f"not a trace: {len(rounds)} rounds for {grid[0] * grid[1]} tokens (each round commits one)")
     try:
-        jsonschema.validate(data, trace_schema())
+        jsonschema.validate(data, trace_schema(methods))
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "top level"
         if exc.validator in ("maxLength", "maxItems", "maxProperties"):  # the message would quote it all
@@ -435,4 +446,5 @@ def parse(data: dict, vocab_size: int | None = None) -> Trace:
         rounds=parsed_rounds,
         warnings=list(data.get("warnings", [])),
         condition_text=data.get("condition_text"),
+        chain=data.get("chain", data["method"] in CHAIN_METHODS_BEFORE_THE_FIELD),
     )

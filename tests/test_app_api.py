@@ -127,7 +127,7 @@ def test_seeds_are_exact_integers_below_2_pow_63(client):
     [
         ("tau", -1, "tau must be a number in [0, 1.01] (got -1)"),
         ("tau", "5", "tau must be a number in [0, 1.01] (got '5')"),
-        ("radius", 10**400, "radius must be an integer in [0, 8] (got 1000000000000000000000000000000000000..."),
+        ("radius", 10**400, "radius must be an integer in [0, 64] (got 1000000000000000000000000000000000000..."),
         ("k", 2.5, "k must be an integer in [0, 127] (got 2.5)"),
         ("cfg", True, "cfg must be a number in [0, 20] (got True)"),
         ("r", "2", "r must be one of 2, 4 (the family's drafter ratios) (got '2')"),

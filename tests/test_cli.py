@@ -49,7 +49,7 @@ NO_MPS = "no MPS device is available"
     "args,message",
     [
         (["--tau", "-1"], "error: tau must be a number in [0, 1.01]"),
-        (["--radius", "-2"], "error: radius must be an integer in [0, 8]"),
+        (["--radius", "-2"], "error: radius must be an integer in [0, 64]"),
         (["--r", "3"], "error: r=3 does not divide the target grid 8x8"),
         (["--method", "nope"], "error: method must be one of"),
         (["--prompt", " "], "error: prompt must not be empty"),

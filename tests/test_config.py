@@ -11,7 +11,7 @@ from mulo.config import ConfigError, GenerationConfig
     "method,knobs,message",
     [
         ("mulo", {"tau": -0.1}, r"tau must be a number in \[0, 1.01\] \(got -0.1\)"),
-        ("mulo", {"radius": -1}, r"radius must be an integer in \[0, 8\] \(got -1\)"),
+        ("mulo", {"radius": -1}, r"radius must be an integer in \[0, 64\] \(got -1\)"),
         ("mulo", {"r": 3}, r"r=3 does not divide the target grid 8x8"),
         ("mulo", {"r": 8}, r"r must be one of 2, 4 \(the family's drafter ratios\) \(got 8\)"),
         ("mulo", {"k": 500}, r"k must be an integer in \[0, 127\]"),

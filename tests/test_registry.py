@@ -66,9 +66,11 @@ def test_the_cli_offers_and_runs_it_and_the_schema_accepts_its_trace(stripes_met
     data = json.loads(path.read_text())
     trace = parse(data)
     assert trace.method == "stripes" and trace.config["zipar_window"] == 2
+    assert parse(data, methods=methods.names()).method == "stripes"
     methods.unregister("stripes")
-    with pytest.raises(TraceError, match="at method"):  # the schema follows the registry
-        parse(data)
+    with pytest.raises(TraceError, match="at method"):  # the schema follows the registry the caller names
+        parse(data, methods=methods.names())
+    assert parse(data).method == "stripes"  # the trace layer alone knows no registry
     methods.register(stripes_method)
 
 
@@ -97,3 +99,56 @@ def test_the_app_offers_it_as_a_third_column_with_its_knobs(stripes_method):
     *_, final = handlers.generate("red apple", "0", "toy", "stripes", zipar_window=2)
     stats_third = final[5]
     assert stats_third.startswith("**") and "stripes" in stats_third
+
+
+def load(name: str, device: str = "cpu"):
+    """The test family's loader (the registry imports this module by name): the toy family drawn
+    from another seed, under its own name."""
+    from mulo.families import toy
+
+    family = toy.build(seed=5).to(device)
+    family.name = name
+    return family
+
+
+@pytest.fixture
+def toy_seed5_family():
+    from mulo import families
+    from mulo.ui import engines
+
+    spec = families.register("toy-seed5", "the toy family from seed 5 (a test)", __name__)
+    yield spec
+    families.unregister("toy-seed5")
+    engines._engines.pop("toy-seed5", None)
+
+
+def test_a_family_is_one_register_call(toy_seed5_family, tmp_path, capsys):
+    import app
+    from mulo.__main__ import main
+    from mulo.ui import engines, handlers
+
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    # argparse wraps the help at spaces and hyphens: compare without the white space
+    assert "toy-seed5:thetoyfamilyfromseed5(atest)" in "".join(capsys.readouterr().out.split())
+    path = tmp_path / "t.json"
+    assert main(["generate", "--family", "toy-seed5", "--method", "ar", "--prompt", "cat", "--trace", str(path)]) == 0
+    assert json.loads(path.read_text())["family"] == "toy-seed5"
+    assert "toy-seed5" in engines.family_choices() and "toy-seed5: the toy family" in engines.family_info()
+    dropdowns = [c for c in app.build_demo().blocks.values() if getattr(c, "label", None) == "family"]
+    assert ["toy-seed5", "toy-seed5"] in [list(choice) for choice in dropdowns[0].choices]
+    *_, final = handlers.generate("red apple", "0", "toy-seed5", "none")
+    assert {view.trace.family for view in final[-1]["views"].values()} == {"toy-seed5"}
+    from mulo import families
+
+    families.unregister("toy-seed5")
+    assert main(["generate", "--family", "toy-seed5", "--prompt", "cat"]) == 2
+    assert "family must be one of" in capsys.readouterr().err
+    families.register(toy_seed5_family.name, toy_seed5_family.summary, toy_seed5_family.module)  # for the teardown
+
+
+def test_a_chain_method_s_trace_records_it_for_its_summary(engine):
+    """The trace's summary reads ``chain`` from the trace itself, not from the method registry."""
+    sd = engine.generate("red apple", "sd", 0)
+    assert sd.trace.chain and sd.trace.summary()["mean_accepted_length"] >= 1
+    assert not engine.generate("red apple", "mulo", 0).trace.chain

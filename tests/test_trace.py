@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from mulo import methods
 from mulo.methods import names as method_names
 from mulo.trace import Round, Trace
 from mulo.tracefile import validate
@@ -40,6 +41,9 @@ def test_json_round_trip_and_schema(engine, method, tmp_path):
     assert data["grid"] == [8, 8] and data["method"] == method and data["seed"] == 4
     assert set(data["nfe"]) == {"target", "drafter"}
     assert data["latency_s"] >= sum(v for k, v in data["timings_s"].items()) * 0.99
+    # a trace written before traces recorded ``chain`` reads it from its method's name, the same
+    assert data.pop("chain") is methods.get(method).chain
+    assert Trace.from_dict(data).summary() == trace.summary()
 
 
 def test_mostly_constant_grids_are_written_sparse_and_read_back_exactly(engine):
@@ -102,6 +106,7 @@ def test_summary_definitions():
         {"verify": 0.5},
         {"target": 2, "drafter": 4},
         rounds,
+        chain=True,  # SD verifies chains: the trace records it (the engine copies the registry's flag)
     )
     s = trace.summary()
     assert s["proposed"] == 4 and s["accepted"] == 3
@@ -109,5 +114,5 @@ def test_summary_definitions():
     assert s["mean_accepted_length"] == 2.0  # each round committed 2 tokens
     assert s["tokens_per_target_nfe"] == 2.0
     assert s["reopened_fraction"] == 0.25
-    trace.method = "mulo"
+    trace.method, trace.chain = "mulo", False
     assert trace.summary()["mean_accepted_length"] is None

@@ -57,12 +57,13 @@ def test_hostile_traces_cost_under_200_mb_and_2_s_and_say_what_is_wrong(base_tra
 
 
 def test_trace_bounds_cover_every_family(toy):
-    from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, TRAINED, tar
+    from mulo import families
+    from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, tar
 
     assert max(toy.grid) <= MAX_GRID_SIDE and toy.vocab_size <= MAX_VOCAB
     # Tar's image tokenizer is LlamaGen's VQ-16 (vq_ds16_t2i.pt): 16x down-sampling, 16384 codes
     assert max(res // 16 for res in tar.RATIOS) <= MAX_GRID_SIDE and MAX_VOCAB >= 16384
-    shipped = [name for name in TRAINED if (ASSETS_ROOT / name / "target.json").exists()]
+    shipped = [name for name in families.trained() if (ASSETS_ROOT / name / "target.json").exists()]
     assert DEFAULT_FAMILY in shipped
     for name in shipped:
         config = json.loads((ASSETS_ROOT / name / "target.json").read_text())  # square, max_seq_len tokens

@@ -1,41 +1,98 @@
-"""Model families by name."""
+"""The family registry: every model family declared once, by name.
+
+A family is one ``register`` call: its name, a one-line summary, the module that builds it and
+whether we train it. The CLI's ``--family`` help and ``train`` choices, the app's family menu and
+``load_family`` all read this table, so adding a family edits no name list (see
+``tests/test_registry.py``). A family's module is imported only when it is loaded or checked: the
+CLI answers ``--help`` and a missing-weights error before torch is imported.
+
+A family module provides ``load(name, device) -> Family`` and may provide ``check_available(name)``
+(standard library only) that raises ``FileNotFoundError`` when the weights are not on this machine.
+"""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
 
-# The families this project trains (``python -m mulo train NAME``), each shipped in assets/NAME once
-# trained: ``twemoji``, 32x32 tokens at 128 px (Tar's 512 px geometry, issue 19); ``twemoji-64``,
-# the first one, 16x16 tokens at 64 px; ``emoji``, 32x32 tokens over five emoji styles (issue 38).
-TRAINED = ("twemoji", "twemoji-64", "emoji")
 ASSETS_ROOT = Path(__file__).resolve().parents[2] / "assets"
-FAMILIES = (*TRAINED, "toy", "tar")
-# The app's and the CLI's family: the 32x32 one, at the geometry of Tar's 512 px setting (issue 19).
-DEFAULT_FAMILY = "twemoji"
-TAR_VARIANTS = ("tar", "tar-1.5b-1024", "tar-7b-512", "tar-7b-1024")
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str
+    summary: str
+    module: str  # imported on first use; its ``load(name, device)`` builds the family
+    trained: bool = False  # trained here (``python -m mulo train NAME``) and shipped in assets/NAME
+
+    def shipped(self) -> bool:
+        """Whether the weights are on this machine without a download (a trained family: in assets/;
+        other families build or download theirs, so they count as present)."""
+        return not self.trained or (ASSETS_ROOT / self.name / "target.safetensors").exists()
+
+    def check_available(self) -> None:
+        check = getattr(importlib.import_module(self.module), "check_available", None)
+        if check is not None:
+            check(self.name)
+
+    def load(self, device: str = "cpu"):
+        return importlib.import_module(self.module).load(self.name, device)
+
+
+REGISTRY: dict[str, FamilySpec] = {}
+
+
+def register(name: str, summary: str, module: str, *, trained: bool = False) -> FamilySpec:
+    if name in REGISTRY:
+        raise ValueError(f"family {name!r} is already registered")
+    REGISTRY[name] = spec = FamilySpec(name, summary, module, trained)
+    return spec
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+
+
+def get(name: str) -> FamilySpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"family must be one of {', '.join(REGISTRY)} (got {name!r})") from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def trained() -> tuple[str, ...]:
+    return tuple(name for name, spec in REGISTRY.items() if spec.trained)
 
 
 def check_available(name: str) -> None:
-    """Fail fast, before torch is imported, when a family's weights are not on this machine."""
-    if name == "tar" or name.startswith("tar-"):
-        from mulo.families import tar
-
-        tar.locate(tar.parse_variant(name))
+    """Fail fast, before torch is imported, on an unknown name (ValueError) or weights that are not on
+    this machine (FileNotFoundError, naming the command that fetches them)."""
+    get(name).check_available()
 
 
 def load_family(name: str, device: str = "cpu"):
     """Load a family onto ``device``; raises ValueError (unknown name) or FileNotFoundError
     (weights missing; for ``tar`` the message lists the files and the download command)."""
-    if name == "toy":
-        from mulo.families import toy
+    return get(name).load(device)
 
-        return toy.build().to(device)
-    if name in TRAINED:
-        from mulo.families import twemoji
 
-        return twemoji.build(name).to(device)
-    if name == "tar" or name.startswith("tar-"):
-        from mulo.families import tar
+# The app's and the CLI's family: the 32x32 one, at the geometry of Tar's 512 px setting (issue 19).
+DEFAULT_FAMILY = "twemoji"
 
-        return tar.build(name, device)
-    raise ValueError(f"family must be one of {', '.join(FAMILIES + TAR_VARIANTS[1:])} (got {name!r})")
+register(
+    "twemoji", "trained by us, 32x32 tokens at 128 px (Tar's 512 px geometry), on a CPU", "mulo.families.twemoji",
+    trained=True,
+)  # fmt: skip
+register("twemoji-64", "trained by us, 16x16 tokens at 64 px, on a CPU", "mulo.families.twemoji", trained=True)
+register("emoji", "trained by us, 32x32 tokens in five emoji styles (issue 38)", "mulo.families.twemoji", trained=True)
+register("toy", "random weights, 8x8 tokens (code paths only)", "mulo.families.toy")
+# Tar's weights come from the Hub (``python -m mulo download tar``); loading never goes online.
+register("tar", "the real Tar-1.5B at 512 px (GPU; weights from `python -m mulo download tar`)", "mulo.families.tar")
+register("tar-1.5b-1024", "Tar-1.5B at 1024 px", "mulo.families.tar")
+register("tar-7b-512", "Tar-7B at 512 px", "mulo.families.tar")
+register("tar-7b-1024", "Tar-7B at 1024 px", "mulo.families.tar")

@@ -212,6 +212,17 @@ NO_EAGLE_HEAD = (
 )
 
 
+def check_available(name: str) -> None:
+    """The registry's fast check (``mulo.families``): raises MissingWeights (a FileNotFoundError)
+    naming the download command when the variant's files are not in the Hugging Face cache."""
+    locate(parse_variant(name))
+
+
+def load(name: str = "tar", device: str = "cpu"):
+    """The registry's entry point (``mulo.families``)."""
+    return build(name, device)
+
+
 def build(name: str = "tar", device: str = "cpu"):
     variant = parse_variant(name)
     # MULO_TAR_DOWNLOAD=1 (a Space's first start) fetches what is missing; otherwise never online.

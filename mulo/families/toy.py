@@ -71,6 +71,11 @@ def _gpt(seed: int, side: int, preset: str = "test-tiny", **overrides) -> GPT:
     return init_random_(GPT(config), seed, std=0.3)
 
 
+def load(name: str = "toy", device: str = "cpu") -> Family:
+    """The registry's entry point (``mulo.families``): the toy family, seed 0, on ``device``."""
+    return build().to(device)
+
+
 def build(seed: int = 0, grid: int = GRID) -> Family:
     """The toy family on a ``grid`` x ``grid`` target (8 by default; larger for tests of scale)."""
     target = _gpt(seed, grid)

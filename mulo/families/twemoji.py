@@ -16,7 +16,8 @@ import torch
 from diffusers import VQModel
 from safetensors.torch import load_file
 
-from mulo.families import ASSETS_ROOT, TRAINED
+from mulo import families
+from mulo.families import ASSETS_ROOT
 from mulo.families.base import Evaluation, Family
 from mulo.models.eagle import EagleHead
 from mulo.models.gpt import GPT, GPTConfig
@@ -86,14 +87,19 @@ class PromptConditioner:
         return notes
 
 
+def load(name: str, device: str = "cpu") -> Family:
+    """The registry's entry point (``mulo.families``): the shipped family ``name`` on ``device``."""
+    return build(name).to(device)
+
+
 def build(name: str, folder: str | Path | None = None) -> Family:
     """The family ``name`` (``twemoji`` or ``twemoji-64``) from ``folder`` (default: assets/NAME)."""
-    if name not in TRAINED:
-        raise ValueError(f"a trained family must be one of {', '.join(TRAINED)} (got {name!r})")
+    if name not in families.trained():
+        raise ValueError(f"a trained family must be one of {', '.join(families.trained())} (got {name!r})")
     folder = Path(folder) if folder is not None else ASSETS_ROOT / name
     missing = [f"{n}.{ext}" for n in FILES for ext in ("json", "safetensors") if not (folder / f"{n}.{ext}").exists()]
     if missing:
-        shipped = [n for n in TRAINED if n != name and (ASSETS_ROOT / n / "target.safetensors").exists()]
+        shipped = [n for n in families.trained() if n != name and families.get(n).shipped()]
         raise FileNotFoundError(
             f"{name} weights missing in {folder} ({', '.join(missing[:3])}...): "
             f"train them with python -m mulo train {name}, or use --family {' or '.join([*shipped, 'toy'])}"

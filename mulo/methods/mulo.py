@@ -10,7 +10,7 @@ function below, in this order):
    codebook neighbours is >= tau (no drafter q, no coin: deterministic given p);
 4. ``reject_and_expand``: re-open the radius-l Chebyshev neighbourhood of every rejection, never
    before t0 (the first rejection); everything else is kept;
-5. ``resample_islands``: the target resamples the re-opened set: in raster order, one pass per
+5. ``resample_reopened``: the target resamples the re-opened set: in raster order, one pass per
    token (v1), or as 8-connected islands in parallel, one token per island (or per island row
    with a ZipAR window) per pass, each query seeing only final tokens (v2). With ``refresh``
    (the default) the K/V of those tokens are exact too: accepted drafts after t0, whose K/V the
@@ -110,7 +110,7 @@ def generate(ctx: DecodeContext):
         probs, rejected = verify(run, block, seq, rnd)
         reopened, labels, t0 = reject_and_expand(run, block, rejected, rnd)
         if t0 is not None:
-            resample_islands(run, seq, probs[t0 - block.lo], t0, reopened, labels, rnd)
+            resample_reopened(run, seq, probs[t0 - block.lo], t0, reopened, labels, rnd)
         commit(run, block, seq)
         yield ctx.close(rnd, run.x)
         if block.b < run.low[0]:
@@ -181,8 +181,9 @@ def reject_and_expand(run: MuloRun, block: Block, rejected: torch.Tensor, rnd: R
     return reopened, labels, t0
 
 
-def resample_islands(run: MuloRun, seq, probs_t0, t0: int, reopened, labels, rnd: Round) -> None:
-    """Step 5: resample the re-opened positions of ``seq`` in place, recording each one's wave."""
+def resample_reopened(run: MuloRun, seq, probs_t0, t0: int, reopened, labels, rnd: Round) -> None:
+    """Step 5: resample the re-opened positions of ``seq`` in place (raster order or islands, by
+    ``resampling``), recording each one's wave."""
     with run.ctx.phase("resample"):
         waves = resample(run.ctx, run.target, seq, probs_t0, t0, reopened, labels)
     rnd.resampled.reshape(-1)[:] = waves.numpy()

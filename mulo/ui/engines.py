@@ -8,15 +8,22 @@ import threading
 
 import gradio as gr
 
+from mulo import families
 from mulo.engine import Engine
-from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, FAMILIES, TAR_VARIANTS, TRAINED, load_family
+from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, load_family
 
-# Every family but a twemoji one whose weights are not in assets/ (Tar's are downloaded on demand).
-FAMILY_CHOICES = tuple(
-    name
-    for name in dict.fromkeys(FAMILIES + TAR_VARIANTS)
-    if name not in TRAINED or (ASSETS_ROOT / name / "target.safetensors").exists()
-)
+
+def family_choices() -> tuple[str, ...]:
+    """Every registered family but a trained one whose weights are not in assets/ (Tar's are
+    downloaded on demand)."""
+    return tuple(name for name, spec in families.REGISTRY.items() if spec.shipped())
+
+
+def family_info() -> str:
+    """The family menu's one-line help, from the registry's summaries."""
+    return "; ".join(f"{name}: {families.get(name).summary}" for name in family_choices())
+
+
 DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", DEFAULT_FAMILY)
 
 _engines: dict[str, Engine] = {}
@@ -29,7 +36,7 @@ PROMPT_INFO = "words the family knows; unknown words are reported"
 def styles_of(family: str) -> list[dict]:
     """The drawing styles a trained family's prompts may name (its ``styles.json``: word, title,
     licence), read without loading the family; [] for families with one style."""
-    if family not in TRAINED:
+    if family not in families.trained():
         return []
     path = ASSETS_ROOT / family / "styles.json"
     try:

@@ -13,6 +13,7 @@ import time
 import gradio as gr
 import numpy as np
 
+from mulo import methods
 from mulo.config import ConfigError, knob_table
 from mulo.streams import Returning
 from mulo.trace import Trace
@@ -38,7 +39,7 @@ def generate(prompt, seed, family=engines.DEFAULT_FAMILY, third="none", progress
     try:  # every problem is reported before any model runs
         request = parse_request(
             prompt, seed, engines.DEFAULT_FAMILY if family is None else family, "none" if third is None else third,
-            knob_values, knob_table(), family_bounds, engines.FAMILY_CHOICES, baselines(),
+            knob_values, knob_table(), family_bounds, engines.family_choices(), baselines(),
         )  # fmt: skip
     except ConfigError as exc:
         raise gr.Error(str(exc)) from None
@@ -250,7 +251,7 @@ def load_trace(upload, example):
     try:
         data = read_json_file(path, MAX_TRACE_BYTES)
         engine = engines.loaded(data.get("family"))
-        trace = parse(data, engine.family.vocab_size if engine else None)
+        trace = parse(data, engine.family.vocab_size if engine else None, methods.names())
         view = replay_view(trace, engine.family if engine else None)
     except TraceError as exc:
         raise gr.Error(str(exc)) from None
