@@ -53,3 +53,9 @@ def test_a_knob_that_always_loses_quality_keeps_the_familys_value(toy, monkeypat
     default_k = engine.make_config(None).k
     result = calibrate.calibrate(engine, [("k1", "red apple")], FakeQuality(), {"k": (3, 4)})
     assert result["settings"] == {"k": default_k}
+
+
+def test_a_missing_acceptance_is_shown_as_missing():
+    row = {"nfe_speedup": 1.5, "acceptance": None, "adherence": None, "fd": None}
+    point = {"settings": {"k": 0}, "keeps_quality": True, **dict.fromkeys(calibrate.LABELS, row)}
+    assert "accepted —" in calibrate.describe(point) and "accepted 0.000" not in calibrate.describe(point)
