@@ -143,7 +143,7 @@ def test_family_without_a_method_skips_it_with_the_reason(toy):
     engine = Engine(toy)
     draft_model, toy.draft_model = toy.draft_model, None
     try:
-        assert "draft model" in bench.runnable(engine, "sd")
+        assert "draft model" in harness.runnable(engine, "sd")
         out = bench.run(engine, n_prompts=1, labels=["ar", "sd", "mulo-v2-r2"])
     finally:
         toy.draft_model = draft_model

@@ -17,9 +17,10 @@ from mulo.eval import harness
 from mulo.eval.bench import prompt_pool
 from mulo.eval.quality import Quality
 
-# tau 2 rejects everything (AR through MuLo-SD's code path), tau 0 accepts every draft token (the
+# tau 1.01 (above any probability, the knob's maximum) rejects everything (AR through MuLo-SD's code
+# path; the knob once allowed 2, which the knob table now refuses), tau 0 accepts every draft token (the
 # drafter and up-sampler alone: the target verifies but its verdict is ignored): the two ends.
-TAUS = (2.0, 0.9, 0.3, 0.1, 0.01, 0.001, 0.0)
+TAUS = (1.01, 0.9, 0.3, 0.1, 0.01, 0.001, 0.0)
 DELTAS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
