@@ -49,7 +49,7 @@ def calibrate(engine: Engine, prompts: list[tuple[str, str]], quality: Quality |
             records = harness.run(engine, [(label, label, candidate) for label in LABELS], prompts)
             for label in LABELS:
                 row = harness.aggregate(records[label], quality=quality, keys=keys)
-                row["nfe_speedup"] = bench.nfe_speedup(row, ar, costs[harness.drafter_of(engine, label)])
+                row["nfe_speedup"] = bench.nfe_speedup(row, ar, costs[harness.drafter_of(engine, label, candidate)])
                 point[label] = row
             point["keeps_quality"] = all(bench.at_ar_quality(point[label], ar) for label in LABELS)
             point["score"] = math.sqrt(point[LABELS[0]]["nfe_speedup"] * point[LABELS[1]]["nfe_speedup"])

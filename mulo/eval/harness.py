@@ -93,7 +93,7 @@ def drafting_models(family) -> list[str]:
     ratio, then the same-grid draft model and the EAGLE head where the registry's checks find them."""
     models = [f"drafter_r{r}" for r in family.drafters]
     for need in ("draft_model", "eagle_head"):
-        try:
+        try:  # these two checks read the family alone: no request config
             methods.NEEDS[need](family, None, need)
         except ConfigError:
             continue
