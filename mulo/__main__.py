@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="number of prompts (default: the family's evaluation list, twemoji's 120; --quick 2)",
     )
-    be.add_argument("--methods", help=f"comma-separated labels (default all: {', '.join(_bench_labels())})")
+    table, others = _bench_labels()
+    be.add_argument("--methods", help=f"comma-separated labels (default {', '.join(table)}; also {', '.join(others)})")
     be.add_argument("--json", type=Path, help="write the result here (JSON)")
     be.add_argument("--out", type=Path, help="write table.json / table.md / table.png (and sweep plots) here")
     be.add_argument("--sweeps", action="store_true", help="also run the sweeps and ablations (one plot each)")
@@ -109,10 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _bench_labels() -> list[str]:
-    from mulo.eval.bench import SPECS
+def _bench_labels() -> tuple[list[str], list[str]]:
+    """The labels of the full table, and the other labels of SPECS (MuLo-SD at the family's knobs)."""
+    from mulo.eval.bench import TABLE_LABELS
+    from mulo.eval.harness import SPECS
 
-    return list(SPECS)
+    return TABLE_LABELS, [label for label in SPECS if label not in TABLE_LABELS]
 
 
 def cmd_bench(args) -> int:
@@ -132,12 +135,13 @@ def cmd_bench(args) -> int:
 
     from mulo.engine import Engine
     from mulo.eval import bench
+    from mulo.eval.harness import SPECS
     from mulo.families import load_family
 
     labels = args.methods.split(",") if args.methods else None
-    unknown = sorted(set(labels or []) - set(bench.SPECS))
+    unknown = sorted(set(labels or []) - set(SPECS))
     if unknown:
-        raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(bench.SPECS)}")
+        raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(SPECS)}")
     engine = Engine(load_family(args.family, args.device))
     result = bench.run(engine, quick=args.quick, n_prompts=args.prompts, labels=labels)
     bench.save(result, args.out, args.json)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mulo.engine import Engine
-from mulo.eval import bench, costs, sweeps
+from mulo.eval import bench, costs, harness, sweeps
 from tests.helpers import run_cli
 
 
@@ -143,7 +143,7 @@ def test_family_without_a_method_skips_it_with_the_reason(toy):
     engine = Engine(toy)
     draft_model, toy.draft_model = toy.draft_model, None
     try:
-        assert "draft model" in bench.runnable(engine, "sd")
+        assert "draft model" in harness.runnable(engine, "sd")
         out = bench.run(engine, n_prompts=1, labels=["ar", "sd", "mulo-v2-r2"])
     finally:
         toy.draft_model = draft_model
@@ -158,6 +158,28 @@ def test_sweep_points_cover_the_ablations_and_run(toy, tmp_path):
     # Raster rejection re-opens everything after the first rejection: never less than local l=0.
     assert rows[0]["reopened"] >= rows[1]["reopened"]
     assert (tmp_path / "sweep_rejection.png").exists() and (tmp_path / "sweep_rejection_images.png").exists()
+
+
+def test_a_sweep_point_that_drafts_nothing_has_no_acceptance(toy):
+    """AR drafts nothing: its acceptance is None (shown blank), not 0; MuLo-SD at tau 1.01 drafts and
+    rejects every draft: 0. (The sweeps once counted a missing acceptance as 0.)"""
+    points = [("plain", "ar", {}), ("reject all", "mulo-v2-r2", {"tau": 1.01})]
+    rows = sweeps.run_sweep(Engine(toy), points, [("red apple", "red apple")], None)
+    assert [(r["point"], r["acceptance"]) for r in rows] == [("plain", None), ("reject all", 0.0)]
+
+
+def test_aggregate_keeps_a_missing_number_missing():
+    image = torch.zeros(2, 2, 3, dtype=torch.uint8).numpy()
+    ar = [harness.Measured(1.0, 64, 0, None, 0.0, 8, 0.0, image) for _ in range(2)]
+    mixed = [
+        harness.Measured(0.5, 20, 10, 0.5, 0.2, 3, 0.1, image),
+        harness.Measured(0.25, 30, 10, None, 0.4, 5, 0.1, image),  # a request that drafted nothing
+    ]
+    row = harness.aggregate(mixed, ar)
+    assert row["speedup"] == 3.0 and row["nfe"] == {"target": 25.0, "drafter": 10.0}
+    assert row["acceptance"] == 0.5  # the mean of the requests that drafted
+    assert harness.aggregate(ar)["acceptance"] is None and harness.aggregate(ar)["speedup"] is None
+    assert row["fd"] is None and row["adherence"] is None  # no quality metrics given
 
 
 def test_pooling_sweep_fits_the_codebook():

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from mulo.engine import Engine
-from mulo.eval import bench, calibrate
+from mulo.eval import bench, calibrate, harness
 
 SEARCH = {"radius": (0, 1, 2), "tau": (0.3, 0.1, 0.03), "k": (0, 4)}
 
 
-def fake_measure(engine, label, prompt, seed, overrides=None):
+def fake_measure(engine, label, prompt, seed, overrides=None, extra=None):
     """AR: 64 target passes, images of quality 1. MuLo-SD: fewer passes for a smaller radius and a
     larger tau; radius 0, tau 0.3 and any pooling draw images of quality 0."""
     s = {"radius": 1, "tau": 0.1, "k": 0, **(overrides or {})}
@@ -21,7 +21,7 @@ def fake_measure(engine, label, prompt, seed, overrides=None):
         passes = 10 + 8 * s["radius"] + (5 if s["tau"] < 0.1 else 0) + (3 if label.endswith("r2") else 0)
         good = s["radius"] > 0 and s["tau"] < 0.3 and s["k"] == 0
     image = np.full((2, 2, 3), 255 if good else 0, np.uint8)
-    return bench.Measured(0.1, int(passes), 16, 0.5, 0.2, 3, 0.01, image)
+    return harness.Measured(0.1, int(passes), 16, 0.5, 0.2, 3, 0.01, image)
 
 
 class FakeQuality:
@@ -31,7 +31,7 @@ class FakeQuality:
 
 
 def test_the_search_keeps_the_fastest_setting_of_ar_quality(toy, monkeypatch):
-    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(harness, "measure", fake_measure)
     monkeypatch.setattr(bench, "step_costs", lambda engine, prompt: {"drafter_r2": 0.5, "drafter_r4": 0.25})
     engine = Engine(toy)
     logged = []
@@ -47,9 +47,15 @@ def test_the_search_keeps_the_fastest_setting_of_ar_quality(toy, monkeypatch):
 
 
 def test_a_knob_that_always_loses_quality_keeps_the_familys_value(toy, monkeypatch):
-    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(harness, "measure", fake_measure)
     monkeypatch.setattr(bench, "step_costs", lambda engine, prompt: {"drafter_r2": 0.5, "drafter_r4": 0.25})
     engine = Engine(toy)
     default_k = engine.make_config(None).k
     result = calibrate.calibrate(engine, [("k1", "red apple")], FakeQuality(), {"k": (3, 4)})
     assert result["settings"] == {"k": default_k}
+
+
+def test_a_missing_acceptance_is_shown_as_missing():
+    row = {"nfe_speedup": 1.5, "acceptance": None, "adherence": None, "fd": None}
+    point = {"settings": {"k": 0}, "keeps_quality": True, **dict.fromkeys(calibrate.LABELS, row)}
+    assert "accepted —" in calibrate.describe(point) and "accepted 0.000" not in calibrate.describe(point)

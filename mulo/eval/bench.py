@@ -1,10 +1,11 @@
 """``python -m mulo bench``: the paper's speed/quality table on our models, measured side by side.
 
-Every method runs the same prompts with the same seeds in one process, interleaved: after a
-warm-up pass, each prompt runs every method, the order rotating from prompt to prompt, so drift
-of the machine (clock, cache, other load) hits all methods alike. Speed-up is the median over
-requests of (AR latency / method latency) on the same request; NFE and acceptance come from the
-traces; quality is the family's own metrics (twemoji: FD and adherence in mini-CLIP space).
+Every method runs the same prompts with the same seeds in one process, interleaved by
+``mulo.eval.harness``: after a warm-up pass, each prompt runs every method, the order rotating
+from prompt to prompt, so drift of the machine (clock, cache, other load) hits all methods alike.
+Speed-up is the median over requests of (AR latency / method latency) on the same request; NFE and
+acceptance come from the traces; quality is the family's own metrics (twemoji: FD and adherence
+in mini-CLIP space).
 
 Ideal bound of a method: what it would cost if every draft were accepted, i.e. its drafting time
 plus one verification pass of the target over the whole grid (CFG batch). The table reports the
@@ -26,59 +27,31 @@ import json
 import platform
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
-from mulo import methods
 from mulo.eval import costs as pass_costs
+from mulo.eval import harness
+from mulo.eval.harness import Measured
 from mulo.eval.quality import Quality
 
-if TYPE_CHECKING:  # the engine pulls in diffusers: the CLI's --help lists SPECS without it
+if TYPE_CHECKING:  # the engine pulls in diffusers: the CLI's --help lists the labels without it
     from mulo.engine import Engine
 
-# label -> (method, knobs on top of the family's defaults). v1 = raster resampling, sequential
-# drafting; v2 = island resampling and ZipAR-parallel drafting (the paper's two versions).
-SPECS: dict[str, tuple[str, dict]] = {
-    "ar": ("ar", {}),
-    "zipar": ("zipar", {}),  # window 4, the baseline's default
-    "zipar-w8": ("zipar", {"zipar_window": 8}),
-    "zipar-w16": ("zipar", {"zipar_window": 16}),
-    "sjd": ("sjd", {}),
-    "sd": ("sd", {}),
-    "lantern": ("lantern", {}),
-    "eagle2": ("eagle2", {}),
-    "mulo-v1-r2": ("mulo", {"r": 2, "resampling": "raster", "drafting": "sequential"}),
-    "mulo-v2-r2": ("mulo", {"r": 2, "resampling": "islands", "drafting": "zipar"}),
-    "mulo-v1-r4": ("mulo", {"r": 4, "resampling": "raster", "drafting": "sequential"}),
-    "mulo-v2-r4": ("mulo", {"r": 4, "resampling": "islands", "drafting": "zipar"}),
-}
+# The full table, in order (the rest of SPECS, MuLo-SD at the family's own knobs, is the model card's)
+TABLE_LABELS = [
+    "ar", "zipar", "zipar-w8", "zipar-w16", "sjd", "sd", "lantern", "eagle2",
+    "mulo-v1-r2", "mulo-v2-r2", "mulo-v1-r4", "mulo-v2-r4",
+]  # fmt: skip
 QUICK_LABELS = ["ar", "zipar", "sjd", "sd", "lantern", "eagle2", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
 FALLBACK_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "sun", "ghost", "banana"]
-DRAFT_PHASES = ("drafter", "upsample", "downsample")
-
-
-def drafter_of(engine: Engine, label: str) -> str | None:
-    """Which of the family's drafting models ``label`` runs (the registry's needs): "draft_model",
-    "eagle_head", "drafter_r<r>", or None."""
-    method, knobs = SPECS[label]
-    needs = methods.get(method).needs
-    for model in ("draft_model", "eagle_head"):
-        if model in needs:
-            return model
-    if "drafter" in needs:
-        return f"drafter_r{engine.make_config(knobs).r}"
-    return None
 
 
 def step_costs(engine: Engine, prompt: str) -> dict[str, float]:
     """One single-token step of each of the family's drafting models / one of the target's."""
-    fam = engine.family
-    models = [f"drafter_r{r}" for r in fam.drafters] + (["draft_model"] if fam.draft_model is not None else [])
-    models += ["eagle_head"] if getattr(fam, "eagle_head", None) is not None else []
+    models = harness.drafting_models(engine.family)
     costs = pass_costs.measure(engine, prompt, models, steps_only=True)
     return {name: costs.step(name) for name in models}
 
@@ -86,54 +59,6 @@ def step_costs(engine: Engine, prompt: str) -> dict[str, float]:
 def nfe_speedup(row: dict, ar_row: dict, cost: float) -> float:
     """AR's sequential passes / the method's: target passes + drafter passes x ``cost``."""
     return ar_row["nfe"]["target"] / (row["nfe"]["target"] + row["nfe"]["drafter"] * cost)
-
-
-@dataclass
-class Measured:
-    """What one request measured (latency, passes, acceptance, its image): one row's raw material."""
-
-    latency: float
-    nfe_target: int
-    nfe_drafter: int
-    acceptance: float | None
-    reopened: float
-    rounds: int
-    draft_s: float
-    image: np.ndarray = field(repr=False)
-    accepted_length: float | None = None  # chain and tree methods: tokens committed per round
-    tree_size: float | None = None  # EAGLE-2: draft-tree nodes per round
-    residuals_emptied: int | None = None  # tree methods: rejections that emptied the residual
-    pass_widths: dict[str, list[int]] = field(default_factory=dict, repr=False)  # per role, tokens per pass
-
-
-def runnable(engine: Engine, label: str, overrides: dict | None = None) -> str | None:
-    """None if the family can run ``label`` (with ``overrides``), else why not."""
-    method, knobs = SPECS[label]
-    try:
-        engine.check("red apple", method, 0, {**knobs, **(overrides or {})})
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def measure(engine: Engine, label: str, prompt: str, seed: int, overrides: dict | None = None) -> Measured:
-    method, knobs = SPECS[label]
-    result = engine.generate(prompt, method, seed, {**knobs, **(overrides or {})})
-    s = result.trace.summary()
-    return Measured(
-        latency=s["latency_s"],
-        nfe_target=s["nfe"]["target"],
-        nfe_drafter=s["nfe"]["drafter"],
-        acceptance=s["acceptance_rate"],
-        reopened=s["reopened_fraction"],
-        rounds=s["rounds"],
-        draft_s=sum(s["timings_s"].get(p, 0.0) for p in DRAFT_PHASES),
-        accepted_length=s["mean_accepted_length"],
-        tree_size=s["mean_tree_size"],
-        residuals_emptied=s["residuals_emptied"],
-        image=result.image,
-        pass_widths=result.pass_widths,
-    )
 
 
 @torch.no_grad()
@@ -150,27 +75,31 @@ def verification_pass_seconds(engine: Engine, prompt: str) -> float:
 
 
 def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str], quality: Quality | None, warmup=1):
-    """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)], each label's order rotated per
-    prompt; returns ``({label: row}, one verification pass in seconds, the pass costs)``."""
-    for label in labels:  # warm-up: allocator, caches, lazily built tables
-        for i in range(warmup):
-            measure(engine, label, prompts[i % len(prompts)][1], 10_000 + i)
-    records: dict[str, list[Measured]] = {label: [] for label in labels}
-    for i, (_, prompt) in enumerate(prompts):
-        shift = i % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            records[label].append(measure(engine, label, prompt, seed=i))
+    """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)] (``harness.run``); returns
+    ``({label: row}, one verification pass in seconds, the pass costs)``, each row ``harness.aggregate``'s
+    with the ideal bound and the NFE and cost speed-ups."""
+    records = harness.run(engine, harness.runs_of(labels), prompts, warmup=warmup)
     one_pass = verification_pass_seconds(engine, prompts[0][1])
-    drafters = {label: drafter_of(engine, label) for label in labels}
+    drafters = {label: harness.drafter_of(engine, label) for label in labels}
     costs = pass_costs.measure(engine, prompts[0][1], sorted({d for d in drafters.values() if d}))
     ar = records.get("ar")
     keys = [key for key, _ in prompts]
-    rows = {label: summarise(recs, ar, one_pass, quality, keys, ideal=label != "ar") for label, recs in records.items()}
-    for label, row in rows.items():
+    rows = {}
+    for label, recs in records.items():
+        row = rows[label] = harness.aggregate(recs, ar, quality, keys)
+        if ar and label != "ar":
+            row.update(ideal(recs, ar, one_pass, row["latency_s"]))
         drafter = drafters[label]
         row["nfe_speedup"] = nfe_speedup(row, rows["ar"], costs.step(drafter) if drafter else 0.0) if ar else None
-        row["cost_speedup"] = cost_speedup(records[label], ar, costs, drafter) if ar else None
+        row["cost_speedup"] = cost_speedup(recs, ar, costs, drafter) if ar else None
     return rows, one_pass, costs
+
+
+def ideal(recs: list[Measured], ar: list[Measured], one_pass: float, latency: float) -> dict:
+    """Every draft accepted: the drafting time plus one verification pass. The speed-up that bound
+    allows, and the fraction of it a method of median ``latency`` reaches."""
+    bound = statistics.median(r.draft_s for r in recs) + one_pass
+    return {"ideal_speedup": statistics.median(a.latency for a in ar) / bound, "fraction_of_ideal": bound / latency}
 
 
 def cost_speedup(recs: list[Measured], ar: list[Measured], costs: pass_costs.PassCosts, drafter: str | None) -> float:
@@ -179,38 +108,6 @@ def cost_speedup(recs: list[Measured], ar: list[Measured], costs: pass_costs.Pas
         costs.request(a.pass_widths, None) / costs.request(r.pass_widths, drafter)
         for a, r in zip(ar, recs, strict=True)
     )
-
-
-def summarise(recs: list[Measured], ar: list[Measured] | None, one_pass: float, quality, keys, ideal=True) -> dict:
-    lat = [r.latency for r in recs]
-    row = {
-        "latency_s": statistics.median(lat),
-        "speedup": statistics.median(a.latency / r.latency for a, r in zip(ar, recs, strict=True)) if ar else None,
-        "nfe": {
-            "target": float(np.mean([r.nfe_target for r in recs])),
-            "drafter": float(np.mean([r.nfe_drafter for r in recs])),
-        },
-        "acceptance": _mean([r.acceptance for r in recs]),
-        "reopened": float(np.mean([r.reopened for r in recs])),
-        "rounds": float(np.mean([r.rounds for r in recs])),
-        "accepted_length": _mean([r.accepted_length for r in recs]),
-        "tree_size": _mean([r.tree_size for r in recs]),
-        "residuals_emptied": _mean([r.residuals_emptied for r in recs]),
-        "fd": None,
-        "adherence": None,
-    }
-    if ideal and ar:  # every draft accepted: drafting time plus one verification pass
-        bound = statistics.median(r.draft_s for r in recs) + one_pass
-        row["ideal_speedup"] = statistics.median(a.latency for a in ar) / bound
-        row["fraction_of_ideal"] = bound / row["latency_s"]
-    if quality is not None:
-        row.update(quality.score(np.stack([r.image for r in recs]), keys))
-    return row
-
-
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return float(np.mean(values)) if values else None
 
 
 def environment(engine: Engine) -> dict:
@@ -317,8 +214,8 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
     # the whole evaluation list by default (twemoji: the model card's 120 prompts), where the goals'
     # quality comparison is made
     prompts = prompt_pool(quality)[: n_prompts or (2 if quick else None)]
-    wanted = labels or (QUICK_LABELS if quick else list(SPECS))
-    skipped = {label: why for label in wanted if (why := runnable(engine, label))}
+    wanted = labels or (QUICK_LABELS if quick else TABLE_LABELS)
+    skipped = {label: why for label in wanted if (why := harness.runnable(engine, label))}
     labels = [label for label in wanted if label not in skipped]
     if "ar" not in labels:
         raise ValueError("the benchmark needs the ar baseline")

@@ -19,10 +19,8 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from mulo.engine import Engine
-from mulo.eval import bench
+from mulo.eval import bench, harness
 from mulo.eval.quality import Quality
 
 LABELS = ("mulo-v2-r2", "mulo-v2-r4")
@@ -35,26 +33,10 @@ SEARCH: dict[str, tuple] = {
 }
 
 
-def _row(records: list[bench.Measured], quality: Quality | None, keys: list[str]) -> dict:
-    row = {
-        "nfe": {
-            "target": float(np.mean([r.nfe_target for r in records])),
-            "drafter": float(np.mean([r.nfe_drafter for r in records])),
-        },
-        "acceptance": bench._mean([r.acceptance for r in records]),
-        "reopened": float(np.mean([r.reopened for r in records])),
-        "fd": None,
-        "adherence": None,
-    }
-    if quality is not None:
-        row.update(quality.score(np.stack([r.image for r in records]), keys))
-    return row
-
-
 def calibrate(engine: Engine, prompts: list[tuple[str, str]], quality: Quality | None, search=SEARCH, log=None):
     """The coordinate search over ``prompts`` [(key, prompt)]; returns {"ar", "points", "settings"}."""
     keys = [key for key, _ in prompts]
-    ar = _row([bench.measure(engine, "ar", p, seed=i) for i, (_, p) in enumerate(prompts)], quality, keys)
+    ar = harness.aggregate(harness.run(engine, [("ar", "ar", {})], prompts)["ar"], quality=quality, keys=keys)
     costs = bench.step_costs(engine, prompts[0][1])
     defaults = engine.make_config(None).to_dict()
     settings = {knob: defaults[knob] for knob in search}
@@ -64,12 +46,10 @@ def calibrate(engine: Engine, prompts: list[tuple[str, str]], quality: Quality |
         name = json.dumps(candidate, sort_keys=True)
         if name not in seen:
             point = {"settings": dict(candidate)}
+            records = harness.run(engine, [(label, label, candidate) for label in LABELS], prompts)
             for label in LABELS:
-                records = [
-                    bench.measure(engine, label, p, seed=i, overrides=candidate) for i, (_, p) in enumerate(prompts)
-                ]
-                row = _row(records, quality, keys)
-                row["nfe_speedup"] = bench.nfe_speedup(row, ar, costs[bench.drafter_of(engine, label)])
+                row = harness.aggregate(records[label], quality=quality, keys=keys)
+                row["nfe_speedup"] = bench.nfe_speedup(row, ar, costs[harness.drafter_of(engine, label, candidate)])
                 point[label] = row
             point["keeps_quality"] = all(bench.at_ar_quality(point[label], ar) for label in LABELS)
             point["score"] = math.sqrt(point[LABELS[0]]["nfe_speedup"] * point[LABELS[1]]["nfe_speedup"])
@@ -91,7 +71,8 @@ def describe(point: dict) -> str:
     for label in LABELS:
         row = point[label]
         quality = f"adherence {row['adherence']:.3f}, FD {row['fd']:.3f}" if row["adherence"] is not None else "-"
-        parts.append(f"{label}: {row['nfe_speedup']:.2f}x NFE, accepted {row['acceptance'] or 0:.3f}, {quality}")
+        accepted = "—" if row["acceptance"] is None else f"{row['acceptance']:.3f}"  # None: nothing drafted
+        parts.append(f"{label}: {row['nfe_speedup']:.2f}x NFE, accepted {accepted}, {quality}")
     return " | ".join(parts) + (" | keeps AR's quality" if point["keeps_quality"] else " | loses quality")
 
 

@@ -5,8 +5,9 @@ encoder whose feature space the metrics use and the folder of their files. ``twe
 next to its weights: ``eval_prompts.json`` (the fixed prompt list, one base emoji each) and
 ``eval_reference.npz`` (mini-CLIP features of the real image of every prompted emoji, and the
 names, keys and short prompts of all 3,786 images for retrieval, the short prompts packed by
-``pack_prompts``). Families without evaluation inputs (toy, tar) have no quality metrics; the
-benchmark then reports speed only.
+``pack_prompts``), written by the model card from the data set (``Quality.from_images``, then
+``save``). Families without evaluation inputs (toy, tar) have no quality metrics; the benchmark
+then reports speed only.
 """
 
 from __future__ import annotations
@@ -33,21 +34,47 @@ def unpack_prompts(packed: np.ndarray) -> list[list[str]]:
 
 
 class Quality:
-    def __init__(self, clip, folder: Path):
-        self.clip = clip
-        self.prompts: list[tuple[str, str]] = [
-            (e["key"], e["prompt"]) for e in json.loads((folder / "eval_prompts.json").read_text())
-        ]
-        ref = np.load(folder / "eval_reference.npz")
-        self.real = dict(zip(ref["keys"].tolist(), ref["features"], strict=True))
-        self.text_names, self.text_keys = ref["text_names"].tolist(), ref["text_keys"].tolist()
-        self.text_embeddings = clip.embed_texts(self.text_names)
-        self.fits = prompt_index(self.text_names, self.text_keys, unpack_prompts(ref["text_short_prompts"]))
+    """FD and prompt adherence of generated images in ``clip``'s feature space: the one image
+    scorer of the benchmark, the defaults search and the model card.
 
-    def keys_for(self, prompt: str) -> set[str]:
-        """The emoji a prompt names: its full name or one of its short prompts ("pizza", "sun");
-        empty for a prompt that is neither."""
-        return self.fits.get(" ".join(words(prompt)), set())
+    ``prompts`` [(key, prompt)] are the evaluation list; ``real`` maps each of their keys to the
+    features of its real image (what FD compares with); ``text_names`` / ``text_keys`` are the
+    retrieval texts and the emoji each names, ``short_prompts`` each text's short prompts."""
+
+    def __init__(self, clip, prompts, real: dict, text_names: list[str], text_keys: list[str], short_prompts):
+        self.clip, self.prompts, self.real = clip, list(prompts), real
+        self.text_names, self.text_keys, self.short_prompts = list(text_names), list(text_keys), short_prompts
+        self.text_embeddings = clip.embed_texts(self.text_names)  # once for every scored image
+        self.fits = prompt_index(self.text_names, self.text_keys, short_prompts)
+
+    @classmethod
+    def from_images(cls, clip, prompts, real_images: np.ndarray, text_names, text_keys, short_prompts) -> Quality:
+        """From the real images of ``prompts`` (one each, in order), as the model card builds it."""
+        real = dict(zip([key for key, _ in prompts], image_features(clip, real_images), strict=True))
+        return cls(clip, prompts, real, text_names, text_keys, short_prompts)
+
+    @classmethod
+    def load(cls, clip, folder: Path) -> Quality:
+        """What ``save`` wrote into ``folder``."""
+        prompts = [(e["key"], e["prompt"]) for e in json.loads((folder / "eval_prompts.json").read_text())]
+        ref = np.load(folder / "eval_reference.npz")
+        real = dict(zip(ref["keys"].tolist(), ref["features"], strict=True))
+        names, keys = ref["text_names"].tolist(), ref["text_keys"].tolist()
+        return cls(clip, prompts, real, names, keys, unpack_prompts(ref["text_short_prompts"]))
+
+    def save(self, folder: Path) -> None:
+        """The evaluation list and what the metrics need at inference, without the data set: the real
+        images' features of the prompted emoji and the retrieval texts (benchmark, app)."""
+        entries = [{"key": k, "prompt": p} for k, p in self.prompts]
+        (folder / "eval_prompts.json").write_text(json.dumps(entries, indent=0))
+        np.savez_compressed(
+            folder / "eval_reference.npz",
+            keys=np.array(list(self.real)),
+            features=np.stack(list(self.real.values())).astype(np.float32),
+            text_names=np.array(self.text_names),
+            text_keys=np.array(self.text_keys),
+            text_short_prompts=pack_prompts(self.short_prompts),
+        )
 
     @classmethod
     def for_family(cls, family) -> Quality | None:
@@ -56,16 +83,27 @@ class Quality:
         evaluation = family.evaluation
         if evaluation is None or not (evaluation.folder / "eval_reference.npz").exists():
             return None
-        return cls(evaluation.encoder, evaluation.folder)
+        return cls.load(evaluation.encoder, evaluation.folder)
 
-    def score(self, images: np.ndarray, keys: list[str]) -> dict:
-        """``images [N, h, w, 3]`` uint8 generated for the emoji ``keys`` -> {"fd", "adherence"}.
+    @property
+    def keys(self) -> list[str]:
+        """The emoji of the evaluation prompts, in order."""
+        return [key for key, _ in self.prompts]
 
-        FD compares against the real images of the same emoji (needs N >= 2; noisy for small N)."""
+    def keys_for(self, prompt: str) -> set[str]:
+        """The emoji a prompt names: its full name or one of its short prompts ("pizza", "sun");
+        empty for a prompt that is neither."""
+        return self.fits.get(" ".join(words(prompt)), set())
+
+    def adherence(self, images, keys: list) -> float:
+        """Share of ``images`` (uint8 ``[N, h, w, 3]`` or floats ``[N, 3, h, w]``) whose top-5 retrieved
+        texts hold the emoji of ``keys`` (one key, or a set of keys any of which counts, per image)."""
+        return adherence(self.clip, images, keys, self.text_names, self.text_keys, text_embeddings=self.text_embeddings)
+
+    def score(self, images, keys: list[str]) -> dict:
+        """``images`` generated for the emoji ``keys`` -> {"fd", "adherence"}.
+
+        FD compares against the real images of the same emoji (needs N >= 2, else None; noisy for small N)."""
         real = np.stack([self.real[k] for k in keys])
-        return {
-            "fd": frechet_distance(image_features(self.clip, images), real) if len(keys) >= 2 else None,
-            "adherence": adherence(
-                self.clip, images, keys, self.text_names, self.text_keys, text_embeddings=self.text_embeddings
-            ),
-        }
+        fd = frechet_distance(image_features(self.clip, images), real) if len(keys) >= 2 else None
+        return {"fd": fd, "adherence": self.adherence(images, keys)}

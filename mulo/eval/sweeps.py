@@ -1,25 +1,26 @@
 """Sweeps and ablations of the benchmark, each one plot: ``python -m mulo bench --sweeps``.
 
-Each sweep is a list of points (a method label of ``bench.SPECS`` plus knob overrides); every
-point runs the same prompts and seeds as an AR run interleaved with it, so its speed-up is the
-median of per-request ratios like the main table's.
+Each sweep is a list of points (a method label of ``harness.SPECS`` plus knob overrides); every
+point runs the same prompts and seeds as an AR run interleaved with it (``harness.run``), so its
+speed-up is the median of per-request ratios like the main table's.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
 
 from mulo.engine import Engine
-from mulo.eval.bench import _mean, measure, prompt_pool, runnable
+from mulo.eval import harness
+from mulo.eval.bench import prompt_pool
 from mulo.eval.quality import Quality
 
-# tau 2 rejects everything (AR through MuLo-SD's code path), tau 0 accepts every draft token (the
+# tau 1.01 (above any probability, the knob's maximum) rejects everything (AR through MuLo-SD's code
+# path; the knob once allowed 2, which the knob table now refuses), tau 0 accepts every draft token (the
 # drafter and up-sampler alone: the target verifies but its verdict is ignored): the two ends.
-TAUS = (2.0, 0.9, 0.3, 0.1, 0.01, 0.001, 0.0)
+TAUS = (1.01, 0.9, 0.3, 0.1, 0.01, 0.001, 0.0)
 DELTAS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
@@ -52,44 +53,29 @@ def sweep_points(vocab_size: int) -> dict[str, list[tuple[str, str, dict]]]:
 def run_sweep(
     engine: Engine, points, prompts: list[tuple[str, str]], quality, images: dict | None = None
 ) -> list[dict]:
-    """One row per point (and AR's); ``images``, when given, receives each point's images. Like
-    the table, each prompt runs AR and every point, the order rotating from prompt to prompt."""
-    runs = [("ar", "ar", {}), *points]
-    records: dict[str, list] = {name: [] for name, _, _ in runs}
-    for i, (_, prompt) in enumerate(prompts):
-        shift = i % len(runs)
-        for name, label, overrides in runs[shift:] + runs[:shift]:
-            records[name].append(measure(engine, label, prompt, seed=i, overrides=overrides))
-    ar = records["ar"]
-    keys = [key for key, _ in prompts]
+    """One row per point (and AR's, where there are quality metrics: every plot's reference point);
+    ``images``, when given, receives each point's images. Like the table, each prompt runs AR and
+    every point, the order rotating from prompt to prompt."""
+    records = harness.run(engine, [("ar", "ar", {}), *points], prompts)
     if images is not None:
         images.update({name: [r.image for r in recs] for name, recs in records.items()})
+    keys = [key for key, _ in prompts]
+    ar = records["ar"]
+    runs = [*points, ("ar", "ar", {})] if quality is not None else points
     rows = []
-    for name, label, overrides in points:
-        recs = records[name]
-        row = {
-            "point": name,
-            "label": label,
-            "overrides": overrides,
-            "speedup": statistics.median(a.latency / r.latency for a, r in zip(ar, recs, strict=True)),
-            "nfe_target": float(np.mean([r.nfe_target for r in recs])),
-            "acceptance": _mean([r.acceptance for r in recs]),
-            "reopened": float(np.mean([r.reopened for r in recs])),
-        }
-        if quality is not None:
-            row.update(quality.score(np.stack([r.image for r in recs]), keys))
-        rows.append(row)
-    if quality is not None:  # the AR reference point of every plot
+    for name, label, overrides in runs:
+        row = harness.aggregate(records[name], ar, quality, keys)
         rows.append(
             {
-                "point": "ar",
-                "label": "ar",
-                "overrides": {},
-                "speedup": 1.0,
-                "nfe_target": ar[0].nfe_target,
-                "acceptance": None,
-                "reopened": 0.0,
-                **quality.score(np.stack([r.image for r in ar]), keys),
+                "point": name,
+                "label": label,
+                "overrides": overrides,
+                "speedup": row["speedup"],
+                "nfe_target": row["nfe"]["target"],
+                "acceptance": row["acceptance"],  # None where the point drafted nothing (AR)
+                "reopened": row["reopened"],
+                "fd": row["fd"],
+                "adherence": row["adherence"],
             }
         )
     return rows
@@ -165,7 +151,7 @@ def run_all(engine: Engine, n_prompts: int = 16, out_dir: Path | None = None, na
     for name, points in sweep_points(engine.family.vocab_size).items():
         if names and name not in names:
             continue
-        points = [p for p in points if runnable(engine, p[1], p[2]) is None]
+        points = [p for p in points if harness.runnable(engine, p[1], p[2]) is None]
         images: dict[str, list[np.ndarray]] = {}
         results[name] = run_sweep(engine, points, prompts, quality, images)
         if out_dir:

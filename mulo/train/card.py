@@ -6,7 +6,6 @@ Run as the last stage of ``python -m mulo train twemoji`` (or alone with ``--sta
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +13,9 @@ import torch
 from PIL import Image, ImageDraw
 
 from mulo.engine import Engine
-from mulo.eval.metrics import acceptance_by_detail, adherence, frechet_distance, image_features, prompt_index
-from mulo.eval.quality import pack_prompts
+from mulo.eval import harness
+from mulo.eval.metrics import acceptance_by_detail
+from mulo.eval.quality import Quality
 from mulo.train.data import EmojiData
 
 SAMPLE_PROMPTS = [
@@ -67,89 +67,83 @@ def samples_grid(images: list[np.ndarray], captions: list[str], columns: int = 4
     return sheet
 
 
-# What the card evaluates: AR, ZipAR with window 8 (the parallel-decoding gate: AR's quality?) and
-# MuLo-SD at r = 2 and 4, each at the family's recommended knobs with these on top.
-CARD_METHODS = {
-    "ar": ("ar", {}),
-    "zipar-w8": ("zipar", {"zipar_window": 8}),
-    "mulo-r2": ("mulo", {"r": 2}),
-    "mulo-r4": ("mulo", {"r": 4}),
-}
+# What the card evaluates (labels of ``harness.SPECS``): AR, ZipAR with window 8 (the
+# parallel-decoding gate: AR's quality?) and MuLo-SD at r = 2 and 4 at the family's recommended knobs.
+CARD_METHODS = ("ar", "zipar-w8", "mulo-r2", "mulo-r4")
 
 
-class Reference:
-    """The real images of ``prompts`` [(key, name)] and the retrieval texts, in ``clip``'s space."""
-
-    def __init__(self, data: EmojiData, clip, prompts: list[tuple[str, str]]):
-        self.clip, self.prompts = clip, prompts
-        self.texts, self.text_keys = data.names, data.keys
-        self.text_embeddings = clip.embed_texts(self.texts)  # once for every method
-        self.keys = [key for key, _ in prompts]
-        self.real_images = data.images[[data.keys.index(key) for key in self.keys]]
-        self.real_feats = image_features(clip, self.real_images)
-
-    @property
-    def retrieval(self) -> tuple:
-        return self.texts, self.text_keys, self.text_embeddings
-
-    def adherence(self, images) -> float:
-        """Share of ``images`` (one per prompt, uint8 ``[N, h, w, 3]`` or floats ``[N, 3, h, w]``)
-        whose top-5 retrieved texts hold the prompted emoji."""
-        hits = adherence(self.clip, images, self.keys, self.texts, self.text_keys, text_embeddings=self.text_embeddings)
-        return round(hits, 4)
-
-    def score(self, images) -> dict:
-        """FD of ``images`` against the real images, and their adherence."""
-        fd = frechet_distance(image_features(self.clip, images), self.real_feats)
-        return {"fd": round(fd, 3), "adherence": self.adherence(images)}
+def real_images(data: EmojiData, keys: list[str]) -> np.ndarray:
+    """The real image of each emoji of ``keys``, uint8 ``[N, h, w, 3]``."""
+    return data.images[[data.keys.index(key) for key in keys]]
 
 
-def score_methods(engine: Engine, reference: Reference, methods: dict, seed: int = 0) -> dict:
-    """Per label of ``methods`` ({label: (method, knobs)}): quality, time and forward passes over
-    the reference's prompts, and MuLo-SD's acceptance and re-opened share (overall, per round, on
-    flat and detailed tokens)."""
+def reference(data: EmojiData, clip, prompts: list[tuple[str, str]]) -> Quality:
+    """The scorer of ``prompts`` [(key, name)]: their real images and every text of the data set for
+    retrieval, in ``clip``'s space."""
+    keys = [key for key, _ in prompts]
+    return Quality.from_images(clip, prompts, real_images(data, keys), data.names, data.keys, data.short_prompts)
+
+
+def rounded(scores: dict) -> dict:
+    """FD and adherence as the card reports them (3 and 4 decimals)."""
+    fd = scores["fd"]
+    return {"fd": None if fd is None else round(fd, 3), "adherence": round(scores["adherence"], 4)}
+
+
+def _mulo_rounds(result) -> tuple | None:
+    """A MuLo-SD request's acceptance on flat and detailed tokens, and per round (accepted share,
+    re-opened share) of its proposals; None for the other methods."""
+    if result.trace.method != "mulo":
+        return None
+    per_round = [
+        (float(r.accepted.sum() / max(1, r.proposed)), float(r.reopened.sum() / max(1, r.proposed)))
+        for r in result.trace.rounds
+    ]
+    return acceptance_by_detail(result.image, result.trace.rounds), per_round
+
+
+def score_methods(engine: Engine, quality: Quality, labels, seed: int = 0) -> dict:
+    """Per label of ``labels`` (of ``harness.SPECS``): quality, time and forward passes over the
+    quality's prompts (prompt i at seed ``seed + i``), and MuLo-SD's acceptance and re-opened share
+    (overall, per round, on flat and detailed tokens)."""
+    records = harness.run(engine, harness.runs_of(labels), quality.prompts, seed, extra=_mulo_rounds)
     results = {}
-    for label, (method, knobs) in methods.items():
-        images, rounds, summaries, by_detail = [], [], [], []
-        start = time.perf_counter()
-        for i, (_, name) in enumerate(reference.prompts):
-            res = engine.generate(name, method, seed + i, knobs)
-            images.append(res.image)
-            summaries.append(res.trace.summary())
-            if method == "mulo":
-                by_detail.append(acceptance_by_detail(res.image, res.trace.rounds))
-                rounds.append(
-                    [
-                        (float(r.accepted.sum() / max(1, r.proposed)), float(r.reopened.sum() / max(1, r.proposed)))
-                        for r in res.trace.rounds
-                    ]
-                )
-        seconds = time.perf_counter() - start
+    for label, recs in records.items():
+        row = harness.aggregate(recs, quality=quality, keys=quality.keys)
         entry = {
-            **reference.score(np.stack(images)),
-            "seconds_per_image": round(seconds / len(reference.prompts), 3),
-            "nfe_target": float(np.mean([s["nfe"]["target"] for s in summaries])),
-            "nfe_drafter": float(np.mean([s["nfe"]["drafter"] for s in summaries])),
+            **rounded(row),
+            "seconds_per_image": round(float(np.mean([r.latency for r in recs])), 3),
+            "nfe_target": row["nfe"]["target"],
+            "nfe_drafter": row["nfe"]["drafter"],
         }
-        if rounds:
-            per_round = np.array(rounds)  # [prompts, rounds, 2]
-            entry["acceptance_rate"] = round(float(np.mean([s["acceptance_rate"] for s in summaries])), 4)
-            entry["reopened_fraction"] = round(float(np.mean([s["reopened_fraction"] for s in summaries])), 4)
-            for side, rates in zip(("flat", "detail"), zip(*by_detail, strict=True), strict=True):
-                known = [x for x in rates if x is not None]
-                entry[f"acceptance_{side}"] = round(float(np.mean(known)), 4) if known else None
-            entry["per_round_acceptance"] = np.round(per_round[..., 0].mean(0), 3).tolist()
-            entry["per_round_reopened"] = np.round(per_round[..., 1].mean(0), 3).tolist()
+        if harness.SPECS[label][0] == "mulo":
+            entry.update(_mulo_entry(row, [r.extra for r in recs]))
         results[label] = entry
     return results
 
 
+def _mulo_entry(row: dict, extras: list[tuple]) -> dict:
+    """MuLo-SD's acceptance and re-opened share: overall, on flat and detailed tokens, per round."""
+    entry = {
+        "acceptance_rate": None if row["acceptance"] is None else round(row["acceptance"], 4),
+        "reopened_fraction": round(row["reopened"], 4),
+    }
+    by_detail = [detail for detail, _ in extras]
+    for side, rates in zip(("flat", "detail"), zip(*by_detail, strict=True), strict=True):
+        known = [x for x in rates if x is not None]
+        entry[f"acceptance_{side}"] = round(float(np.mean(known)), 4) if known else None
+    per_round = np.array([rounds for _, rounds in extras])  # [prompts, rounds, 2]
+    entry["per_round_acceptance"] = np.round(per_round[..., 0].mean(0), 3).tolist()
+    entry["per_round_reopened"] = np.round(per_round[..., 1].mean(0), 3).tolist()
+    return entry
+
+
 def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EVAL_PROMPTS, seed: int = 0) -> dict:
     prompts = eval_prompts(data, count)
-    reference = Reference(data, clip, prompts)
-    results = score_methods(engine, reference, CARD_METHODS, seed)
-    short = _short_prompt_adherence(engine, data, reference, seed)
-    results.update(_ceilings(engine, reference))
+    quality = reference(data, clip, prompts)
+    results = score_methods(engine, quality, CARD_METHODS, seed)
+    short = _short_prompt_adherence(engine, data, quality, seed)
+    results.update(_ceilings(engine, quality, real_images(data, quality.keys)))
     grid_images, captions = [], []
     # smoke runs know only a few words: fall back to the evaluation prompts
     sample_prompts = SAMPLE_PROMPTS if count >= len(SAMPLE_PROMPTS) else [n for _, n in prompts[:2]]
@@ -160,57 +154,43 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
     samples_grid(grid_images, captions, scale=scale).save(out / "samples_ar.png")
     grid_images = [engine.generate(p, "mulo", seed + i).image for i, p in enumerate(sample_prompts)]
     samples_grid(grid_images, sample_prompts, scale=scale).save(out / "samples_mulo.png")
-    (out / "eval_prompts.json").write_text(json.dumps([{"key": k, "prompt": n} for k, n in prompts], indent=0))
-    # What the quality metrics need at inference, without the data set: the real images' features
-    # of the prompted emoji and the retrieval texts (benchmark, app).
-    np.savez_compressed(
-        out / "eval_reference.npz",
-        keys=np.array(reference.keys),
-        features=reference.real_feats.astype(np.float32),
-        text_names=np.array(reference.texts),
-        text_keys=np.array(reference.text_keys),
-        text_short_prompts=pack_prompts(data.short_prompts),
-    )
+    quality.save(out)  # what the quality metrics need at inference, without the data set (benchmark, app)
     config = engine.make_config(None).to_dict()
     return {"prompts": len(prompts), "seed": seed, "config": config, "methods": results, "short_prompts": short}
 
 
-def _short_prompt_adherence(engine, data: EmojiData, reference: Reference, seed: int) -> dict:
+def _short_prompt_adherence(engine, data: EmojiData, quality: Quality, seed: int) -> dict:
     """Adherence to one-word prompts, what people type: each evaluation emoji's first short prompt
     ("apple" for "red apple"), counted adherent when the top-5 texts hold any emoji it fits; with
     short names resolved to their emoji's name (the default) and without (``raw``)."""
-    clip, (texts, text_keys, text_embeddings) = reference.clip, reference.retrieval
-    fits = prompt_index(data.names, data.keys, data.short_prompts)
     first = {}
     for key, shorts in zip(data.keys, data.short_prompts, strict=True):
         first.setdefault(key, shorts[0] if shorts else None)
-    asked = [first[key] for key in reference.keys if first[key]]
+    asked = [first[key] for key in quality.keys if first[key]]
     out = {"prompts": len(asked), "examples": asked[:12]}
     if not asked:  # smoke runs: a handful of emoji, possibly none with a short prompt
         return out
-    runs = [
-        (label + raw, method, {**knobs, "aliases": not raw})
-        for label, method, knobs in (("ar", "ar", {}), ("mulo-r2", "mulo", {"r": 2}))
-        for raw in ("", " raw")
-    ]
-    for label, method, knobs in runs:  # raw: the models alone, short names not resolved
-        images = np.stack([engine.generate(p, method, seed + i, knobs).image for i, p in enumerate(asked)])
-        wanted = [fits[p] for p in asked]
-        out[label] = round(adherence(clip, images, wanted, texts, text_keys, text_embeddings=text_embeddings), 4)
+    # raw: the models alone, short names not resolved
+    runs = [(label + raw, label, {"aliases": not raw}) for label in ("ar", "mulo-r2") for raw in ("", " raw")]
+    records = harness.run(engine, runs, [(p, p) for p in asked], seed)
+    wanted = [quality.fits[p] for p in asked]
+    for name, recs in records.items():
+        out[name] = round(quality.adherence(np.stack([r.image for r in recs]), wanted), 4)
     return out
 
 
 @torch.no_grad()
-def _ceilings(engine, reference: Reference) -> dict:
-    """What the metrics give the real images and their VQ reconstructions: the most an AR model
-    of this tokenizer can reach (FD of the real images against themselves is 0 by definition)."""
-    x = torch.from_numpy(reference.real_images).permute(0, 3, 1, 2).float() / 255
+def _ceilings(engine, quality: Quality, images: np.ndarray) -> dict:
+    """What the metrics give the real ``images`` of the quality's prompts and their VQ
+    reconstructions: the most an AR model of this tokenizer can reach (FD of the real images
+    against themselves is 0 by definition)."""
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
     vq = engine.family.vq
     recon = vq.decode(vq.encode(x.to(vq.codebook.device))).cpu()
     untimed = {"seconds_per_image": None, "nfe_target": None, "nfe_drafter": None}
     return {
-        "real images": {"fd": 0.0, "adherence": reference.adherence(x), **untimed},
-        "VQ reconstructions": {**reference.score(recon), **untimed},
+        "real images": {"fd": 0.0, "adherence": round(quality.adherence(x, quality.keys), 4), **untimed},
+        "VQ reconstructions": {**rounded(quality.score(recon, quality.keys)), **untimed},
     }
 
 

@@ -27,7 +27,7 @@ from mulo.train import card
 from mulo.train.recipes import RECIPES
 from mulo.train.twemoji import Pipeline
 
-METHODS = {label: card.CARD_METHODS[label] for label in ("ar", "zipar-w8")}
+METHODS = ("ar", "zipar-w8")  # the card's methods (labels of mulo.eval.harness.SPECS) that need no drafter
 
 
 def latest_target(pipe: Pipeline) -> tuple[dict, int]:
@@ -59,11 +59,11 @@ def peek(pipe: Pipeline, n_prompts: int = 24, seed: int = 0) -> dict:
     )
     # the first of the model card's own prompts, so a checkpoint's scores compare with the card's
     prompts = card.eval_prompts(pipe.data, pipe.budget.eval_prompts)[:n_prompts]
-    reference = card.Reference(pipe.data, clip, prompts)
+    quality = card.reference(pipe.data, clip, prompts)
     with torch.no_grad():
-        methods = card.score_methods(Engine(family.to(pipe.device)), reference, METHODS, seed)
-    real = reference.adherence(reference.real_images)
-    return {"step": step, "prompts": len(reference.prompts), "real_adherence": real, "methods": methods}
+        methods = card.score_methods(Engine(family.to(pipe.device)), quality, METHODS, seed)
+    real = round(quality.adherence(card.real_images(pipe.data, quality.keys), quality.keys), 4)
+    return {"step": step, "prompts": len(quality.prompts), "real_adherence": real, "methods": methods}
 
 
 def main(argv=None) -> int:
@@ -89,7 +89,8 @@ def main(argv=None) -> int:
     print(json.dumps(result, indent=1))
     print(f"step {result['step']}: real images adherence {result['real_adherence']:.3f}", file=sys.stderr)
     for label, row in result["methods"].items():
-        print(f"step {result['step']}: {label} adherence {row['adherence']:.3f} FD {row['fd']:.3f}", file=sys.stderr)
+        fd = "—" if row["fd"] is None else f"{row['fd']:.3f}"  # None: one prompt has no FD
+        print(f"step {result['step']}: {label} adherence {row['adherence']:.3f} FD {fd}", file=sys.stderr)
     return 0
 
 
