@@ -1,5 +1,6 @@
-"""What the twemoji families are trained to: geometry, architectures, budgets, knob defaults, the
-VQ study's rule (``mulo.train.twemoji`` runs them)."""
+"""What the emoji families (``twemoji``, ``twemoji-64``, ``emoji``) are trained to: geometry,
+architectures, budgets, each stage's learning rate and sizes, knob defaults, the VQ study's rule
+(``mulo.train.twemoji`` runs them)."""
 
 from __future__ import annotations
 

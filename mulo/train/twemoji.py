@@ -1,18 +1,21 @@
-"""Training the twemoji families: ``python -m mulo train twemoji|twemoji-64 [--smoke] [--device cuda]``.
+"""Training the emoji families: ``python -m mulo train twemoji|twemoji-64|emoji [--smoke] [--device cuda]``.
 
-Two geometries, one recipe each (``RECIPES``): ``twemoji`` is Tar's 512 px setting scaled down,
-a 32x32-token target on 128 px renders of the Twemoji SVGs with 16x16 (r = 2) and 8x8 (r = 4)
-drafters; ``twemoji-64`` is the first family, 16x16 tokens on the 64 px PNGs. Stages, each
-resumable and skipped once its output exists in the run folder:
-  data       npm package(s) -> images (at the three sizes) + texts (train / val split)
-  clip       mini-CLIP (text transformer + image CNN on 64 px), contrastive
-  vq         diffusers VQModel, 4x downsampling, one codebook for the three sizes; with several
-             candidate codebook sizes, each is trained and the oracle MuLo-SD picks one
-  tokens     every image encoded at the three sizes; text conditions precomputed
-  target, drafter_r2, drafter_r4, draft_model   AR models on the target grid, /2, /4, target grid (small)
-  upsampler_r2, upsampler_r4                      learned token up-samplers
-  eagle      EAGLE-2's feature-level draft head, on the frozen target's features
-  export     fp16 safetensors + JSON configs into the assets folder
+One recipe per family (``recipes.RECIPES``): ``twemoji``, the default, is Tar's 512 px setting
+scaled down, a 32x32-token target on 128 px renders of the Twemoji SVGs with 16x16 (r = 2) and
+8x8 (r = 4) drafters; ``twemoji-64`` is the first family, 16x16 tokens on the 64 px PNGs;
+``emoji`` is twemoji's geometry in five styles. ``Pipeline`` runs the stages in order, each
+resumable and skipped once its output exists in the run folder; each lives in its own module:
+  data       npm package(s) -> images (at the three sizes) + texts (train / val split)   here
+  clip       mini-CLIP (text transformer + image CNN on 64 px), contrastive          clip_stage
+  vq         diffusers VQModel, 4x downsampling, one codebook for the three sizes;    vq_stage
+             with several candidate codebook sizes, each is trained and the oracle MuLo-SD picks one
+  tokens     every image encoded at the three sizes; text conditions precomputed      tokens_stage
+  target, drafter_r2, drafter_r4, draft_model   AR models on the target grid, /2, /4,  ar_stage
+             target grid (small)
+  upsampler_r2, upsampler_r4   learned token up-samplers                              upsampler_stage
+  eagle      EAGLE-2's feature-level draft head, on the frozen target's features      eagle
+  export     fp16 safetensors + JSON configs into the assets folder                   assets
+  card       evaluation, metrics.json and MODEL_CARD.md                               card
 """
 
 from __future__ import annotations
