@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from mulo.train.card import stage_hardware
+from mulo.train.card_sections import stage_hardware
 from mulo.train.loop import MIN_LR_SCALE, lr_scale, train
 
 

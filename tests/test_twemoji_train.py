@@ -117,6 +117,41 @@ def test_acceptance_by_detail_splits_flat_and_detailed_tokens():
     assert acceptance_by_detail(image, [nothing]) == (None, None)
 
 
+@pytest.mark.parametrize("family", ["twemoji", "twemoji-64"])
+def test_the_model_card_template_is_filled_from_the_report(tmp_path, family):
+    """The shipped family's report and metrics through the card template: every field filled, the
+    report's and the evaluation's numbers in the text, and the template shipped as package data."""
+    import re
+    from pathlib import Path
+
+    from mulo.train import card, card_sections, recipes, twemoji
+
+    shipped = Path(__file__).resolve().parents[1] / "assets" / family
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text((shipped / "training_report.json").read_text())
+    recipe = recipes.RECIPES[family]
+    pipe = twemoji.Pipeline(tmp_path / "run", tmp_path / "assets", recipe, recipe.budget)
+    (tmp_path / "assets").mkdir()
+    metrics = json.loads((shipped / "metrics.json").read_text())
+    pipe.write_card(metrics)
+    text = (tmp_path / "assets" / "MODEL_CARD.md").read_text()
+    fields = set(re.findall(r"\$\{(\w+)\}", card.TEMPLATE.read_text()))
+    assert len(fields) > 30 and "$" not in text  # no field left, none misspelt
+    fmt, report = card_sections.fmt, pipe.report
+    seconds = max(report["target"].get("stage_seconds", 0), report["target"]["seconds"])  # every session's
+    assert f"| target | {fmt(seconds)} |" in text
+    assert f"val_loss {fmt(report['target']['val_loss'])}" in text
+    ar = metrics["methods"]["ar"]
+    assert f"| ar | {fmt(ar['fd'])} | {fmt(ar['adherence'])} | {fmt(ar['nfe_target'])} |" in text
+    assert f"Over {metrics['prompts']} fixed prompts" in text and json.dumps(metrics["config"]) in text
+    assert f"{recipe.px}x{recipe.px} emoji" in text and f"(width {recipe.hyper.upsampler_width}, " in text
+    if "vq_study" in report:  # the 32x32 family: its codebook study, the pick from the report
+        assert f"Picked: **{report['vq']['codes']} codes**." in text
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert '"mulo.train" = ["history/*.md", "templates/*.md"]' in pyproject  # an installed mulo has it
+    assert card.TEMPLATE.parent.name == "templates" and card.TEMPLATE.suffix == ".md"
+
+
 @pytest.mark.parametrize("family, px", [("twemoji", 128), ("twemoji-64", 64), ("emoji", 128)])
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine

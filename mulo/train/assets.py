@@ -33,11 +33,12 @@ def export(pipe) -> None:
     for stage in AR_MODELS:
         save(stage, load(stage), json.loads((pipe.run / f"{stage}.json").read_text()))
     save("eagle_head", load("eagle"), {"of": "target", "n_layer": 1})
+    hyper = pipe.recipe.hyper  # the up-samplers' size, as the stage built them
     for r in (2, 4):
         save(
             f"upsampler_r{r}",
             load(f"upsampler_r{r}"),
-            {"vocab_size": pipe.codes, "r": r, "width": 128, "depth": 3},
+            {"vocab_size": pipe.codes, "r": r, "width": hyper.upsampler_width, "depth": hyper.upsampler_depth},
         )
     (pipe.assets / "training_report.json").write_text(json.dumps(pipe.report, indent=1))
     (pipe.assets / "defaults.json").write_text(json.dumps(pipe.defaults(), indent=1))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from string import Template
 
 import numpy as np
 import torch
@@ -16,6 +17,22 @@ from mulo.engine import Engine
 from mulo.eval import harness
 from mulo.eval.metrics import acceptance_by_detail
 from mulo.eval.quality import Quality
+from mulo.train.card_sections import (
+    PNG_DATA,
+    SVG_DATA,
+    TWEMOJI_LICENCE,
+    fmt,
+    intended_use,
+    metric_rows,
+    parallel_decoding,
+    per_round_rows,
+    short_prompt_line,
+    stage_table,
+    styled_data_text,
+    teacher_forcing,
+    text_mix,
+    vq_study_section,
+)
 from mulo.train.data import EmojiData
 
 SAMPLE_PROMPTS = [
@@ -194,197 +211,9 @@ def _ceilings(engine, quality: Quality, images: np.ndarray) -> dict:
     }
 
 
-def _fmt(value) -> str:
-    return "n/a" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
-
-
-def _text_mix(mix: dict) -> str:
-    if mix.get("name_style"):
-        return (
-            f"the emoji's name with probability {mix['name']}, its name followed by the image's style word "
-            f"with probability {mix['name_style']}, else its full description (which names the style)"
-        )
-    if not mix.get("short"):
-        return f"the emoji's name with probability {mix['name']}, else its full description"
-    return (
-        f"the emoji's name with probability {mix['name']}, a short prompt with probability {mix['short']}: one of "
-        'its short names alone, "pizza" for "slice of pizza", or one content word of its name, "sun" for "sun '
-        'with face"; else its full description'
-    )
-
-
-def _teacher_forcing(budget: dict) -> str:
-    if not budget["input_noise"]:
-        return (
-            "plain teacher forcing (the first `twemoji-64` weights switched to noisy teacher forcing, 15 % "
-            "random input codes, at 62 % of their steps: their target had reached a training loss of 0.34 "
-            "nats per token, jumped to 1.85, and ended with a clean teacher-forced loss of 0.66 on the "
-            "evaluation emoji)"
-        )
-    return (
-        f"noisy teacher forcing ({budget['input_noise']:.0%} of the input tokens replaced by random codes "
-        f"from {budget['input_noise_from']:.0%} of each stage's steps on; the loss still asks for the clean token)"
-    )
-
-
-def vq_study_section(study: dict, chosen: int, rule: str) -> str:
-    """The VQ design study as Markdown: per candidate codebook, its reconstruction and its oracle
-    MuLo-SD table (``mulo.eval.ceilings``), then the rule and the pick."""
-    sizes = sorted({int(k.split("_")[-1][:-2]) for entry in study.values() for k in entry if k.startswith("val_psnr_")})
-    head = "| codes | " + " | ".join(f"PSNR {px} px" for px in sizes) + " | codes used | train s |"
-    lines = ["## VQ design study", "", rule, "", head, "|---" * (3 + len(sizes)) + "|"]
-    for codes, entry in sorted(study.items(), key=lambda kv: int(kv[0])):
-        psnr = " | ".join(f"{entry[f'val_psnr_{px}px']:.2f} dB" for px in sizes)
-        lines.append(f"| {codes} | {psnr} | {entry[f'codes_used_{sizes[-1]}px']} | {_fmt(entry.get('seconds'))} |")
-    schemes = [k[len("speedup_") :] for k in next(iter(study.values()))["oracle"][0] if k.startswith("speedup_")]
-    lines += [
-        "",
-        "Oracle MuLo-SD per candidate (perfect drafter: the validation emoji's own renders at px / r, pixel",
-        "up-sampler, exact-match acceptance; bound = sequential-pass speed-up counting every pass as a",
-        "target step):",
-        "",
-        "| codes | r | k | l | accepted | re-opened | " + " | ".join(f"bound {s}" for s in schemes) + " |",
-        "|---" * (6 + len(schemes)) + "|",
-    ]
-    for codes, entry in sorted(study.items(), key=lambda kv: int(kv[0])):
-        for row in entry["oracle"]:
-            bounds = " | ".join(f"{row[f'speedup_{s}']:.2f}x" for s in schemes)
-            lines.append(
-                f"| {codes} | {row['r']} | {row['k']} | {row['l']} | {row['accepted']:.3f} | {row['reopened']:.3f} "
-                f"| {bounds} |"
-            )
-    lines += ["", f"Picked: **{chosen} codes**.", ""]
-    return "\n".join(lines)
-
-
-def _parallel_decoding(budget: dict) -> str:
-    if not budget.get("zipar_share"):
-        return ""
-    windows = ", ".join(map(str, budget["zipar_windows"]))
-    share = f"{budget['zipar_share']:.0%}"
-    return (
-        f"\n  The target and the drafters are trained for parallel decoding: in {share} of their steps the\n"
-        f"  attention mask hides from each token what ZipAR (window {windows}, one per step) has not\n"
-        "  produced when it samples that token (`mulo.methods.zipar.training_mask`), and a row's last slot\n"
-        "  holds ZipAR's proxy for it where the next row starts early (`training_inputs`), so one target\n"
-        "  serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands, and a drafter drafts ZipAR-style."
-        + _proxy_weight(budget)
-    )
-
-
-def _proxy_weight(budget: dict) -> str:
-    if budget["proxy_weight"] == 1.0:
-        return ""
-    return (
-        "\n  In the target's masked steps each row's first token that ZipAR predicts from the proxy\n"
-        f"  weighs {budget['proxy_weight']:g} in the loss (`Budget.proxy_weight`)."
-    )
-
-
-# How each family's recipe and defaults.json were chosen: fixed text at the end of every card
-# (``history/FAMILY.md``), so a retrain keeps the story that the code's comments only point to. The
-# 32x32-token family's VQ study above it is generated from the run's report.
-HISTORY_DIR = Path(__file__).resolve().parent / "history"
-
-
-def history(family: str) -> str:
-    """The family's fixed History section ("" for a family without one yet)."""
-    path = HISTORY_DIR / f"{family}.md"
-    return path.read_text() if path.exists() else ""
-
-
-PNG_DATA = """Twemoji graphics from the npm package `emoji-datasource-twitter@16.0.0` (`img/twitter/64/*.png`,
-{images:,} images including skin-tone variants, composited over white; names, short names and
-(sub)categories from `emoji.json`)."""
-SVG_DATA = """Twemoji graphics from the npm package `@twemoji/svg@15.0.0` (integrity-checked), rendered over
-white at {sizes} px by resvg (`resvg-py`, a training-only extra), {images:,} images including
-skin-tone variants (the emoji of Unicode 15.1 and 16 have no SVG there); names, short names,
-(sub)categories and the validation split from `emoji-datasource-twitter@16.0.0`'s `emoji.json`."""
-
-
-TWEMOJI_LICENCE = """The graphics are licensed **CC-BY 4.0** by Twitter, Inc. and
-other contributors (https://github.com/twitter/twemoji); these weights are derived from them and
-carry the same attribution. A fixed-seed 5 % validation split is held out."""
-
-
-def styled_data_text(words, data_report: dict, sizes_text: str) -> tuple[str, str]:
-    """(data paragraph, licence paragraph) of the multi-style family: each style's pinned package
-    and the licence its own metadata declares (checked when the data set is built)."""
-    from mulo.train import styles
-
-    chosen = styles.chosen(words)
-    rows = "\n".join(f"| `{s.word}` | {s.title} | `{s.package}` | {s.licence} | {s.attribution} |" for s in chosen)
-    counts = data_report.get("per_style", {})
-    data = (
-        f"{data_report.get('images', 0):,} images: the emoji of `emoji-datasource@16.0.0`'s `emoji.json` "
-        f"(names, short names, categories, skin-tone variants) in every style below that draws them, matched "
-        f"by code point through each Iconify package's `chars.json` (integrity-checked npm packages), "
-        f"rendered over white at {sizes_text} px by resvg (`resvg-py`, a training-only extra)"
-        + (f" ({', '.join(f'{w} {n:,}' for w, n in counts.items())})" if counts else "")
-        + ". A prompt may end with a style word (`red apple noto`); without one any style may be drawn. "
-        f"Each training image also appears in {data_report.get('augment_copies', 0)} augmented copies, "
-        "shrunk to 75-100 % and moved inside the canvas alike at every scale.\n\n"
-        "| word | style | npm package | licence | attribution |\n|---|---|---|---|---|\n" + rows
-    )
-    share_alike = [s.title for s in chosen if s.licence == "CC-BY-SA-4.0"]
-    licence = "\n\nThese weights are derived from all of the graphics above and carry every attribution" + (
-        f"; because {' and '.join(share_alike)} is **CC-BY-SA 4.0**, they are shared under CC-BY-SA 4.0 too "
-        "(compatible with the CC-BY 4.0, Apache-2.0 and MIT sets)."
-        if share_alike
-        else "."
-    )
-    licence += (
-        f" Held out, decided per key by a hash: {styles.HELD_EMOJI_FRACTION:.0%} of the emoji in every style, and "
-        f"{styles.HELD_PAIR_FRACTION:.0%} of the other (emoji, style) pairs while the emoji trains in its other "
-        "styles: the held-out loss on those pairs measures generalisation, and every AR model keeps the weights "
-        "of its best one."
-    )
-    return data, licence
-
-
-MEMORISES = 2.0  # held-out loss over training loss above which the card says the target memorises
-
-
-def intended_use(report: dict, codes: int) -> str:
-    """The card's opening section: what the family is for, and what its target learnt, judged by
-    its held-out loss against its training loss (measured alike when the report has both)."""
-    target = report.get("target", {})
-    train = target.get("train_loss", target.get("final_loss"))
-    held_out = target.get("val_loss")
-    text = (
-        "## Intended use and limitations\n\n"
-        "For demonstrating, debugging and benchmarking speculative decoding of AR image models on any CPU: "
-        "small, open models whose every round can be traced and drawn. Not an emoji generator to use in "
-        "place of the graphics it was trained on, and not evidence about the image quality of large models. "
-        "Prompts are emoji names and descriptions in the mini-CLIP's vocabulary; unknown words are reported "
-        "and ignored."
-    )
-    if train is None or held_out is None:
-        return text
-    uniform = float(np.log(codes))
-    ratio = held_out / max(train, 1e-9)
-    if ratio > MEMORISES:
-        return text + (
-            f"\n\n**The target memorises its training images.** Training loss {train:.3g} nats per token, "
-            f"held-out loss {held_out:.3g} ({ratio:,.0f}x; uniform over the {codes} codes is {uniform:.2f}): its "
-            "conditionals are peaked on the images it saw, so seeds vary an image little, τ and codebook "
-            "pooling have little to act on, and one wrong committed token can derail the image. It shows the "
-            "engine's mechanics, not MuLo-SD's trade-offs, which need a target that generalises."
-        )
-    return text + (
-        f"\n\nHeld-out loss {held_out:.3g} nats per token against a training loss of {train:.3g} "
-        f"({ratio:.2f}x; uniform over the {codes} codes is {uniform:.2f})."
-    )
-
-
-def stage_hardware(entry: dict) -> str:
-    """A report entry's hardware cell; for a stage resumed on other hardware, which ran which steps."""
-    if "segments" not in entry:
-        return entry.get("hardware", "n/a")
-    return "; ".join(
-        f"{seg['hardware']}: steps {seg['steps'][0]:,}-{seg['steps'][1]:,} in {seg['seconds']:,.0f} s"
-        for seg in entry["segments"]
-    )
+# The card's prose with ``${name}`` fields (``string.Template``), package data beside this module.
+# The card ends where the History section does: the file's final newline is the editor's.
+TEMPLATE = Path(__file__).resolve().parent / "templates" / "model_card.md"
 
 
 def write_model_card(
@@ -394,153 +223,84 @@ def write_model_card(
     those of the fixed history section (``geometry["history"]``: the design study behind the
     recipe) come from earlier runs.
 
-    ``recipe`` holds the architecture settings the text describes (codebook size, model widths...);
-    ``geometry`` the family's name, image size ``px``, ``svg`` (data source) and ``history``.
+    ``recipe`` holds the architecture settings the text describes (codebook size, model widths,
+    ``hyper``: ``recipes.Hyper`` as a dict, ``optimizer``: the loop's weight decay, warm-up and
+    clipping); ``geometry`` the family's name, image size ``px``, ``svg`` (data source),
+    ``styles``, ``history`` and the VQ study's ``study_rule``.
     """
-    vq, target, small, mix = recipe["vq"], recipe["target"], recipe["draft_model"], budget["ar_text_mix"]
-    family, px = geometry["family"], geometry["px"]
-    side = px // 4
-    grid = {f: f"{side // f}x{side // f}" for f in (1, 2, 4)}  # target, r = 2, r = 4 token grids
-    n_images = report.get("data", {}).get("images", 0)
+    stage_rows, seconds = stage_table(report)
+    fields = {
+        **model_fields(recipe, budget, geometry),
+        **data_fields(report, geometry),
+        "intended_use": intended_use(report, recipe["vq"]["num_vq_embeddings"]),
+        "size_rows": "\n".join(f"| {name} | {fmt(mb)} |" for name, mb in sizes.items()),
+        "budget_json": json.dumps(budget),
+        "stage_rows": stage_rows,
+        "total_minutes": f"{seconds / 60:.1f}",
+        "prompts": metrics["prompts"],
+        "config_json": json.dumps(metrics["config"]),
+        "metric_rows": metric_rows(metrics["methods"]),
+        "short_line": short_prompt_line(metrics.get("short_prompts") or {}),
+        "per_round": per_round_rows(metrics["methods"]),
+        "history": history_section(report, geometry),
+    }
+    card = Template(TEMPLATE.read_text().removesuffix("\n")).substitute(fields)
+    (assets / "MODEL_CARD.md").write_text(card)
+    return card
+
+
+def model_fields(recipe: dict, budget: dict, geometry: dict) -> dict:
+    """The template's fields on the family's geometry, its models and how they were trained."""
+    vq, target, small, hyper, optimizer = (recipe[k] for k in ("vq", "target", "draft_model", "hyper", "optimizer"))
+    px = geometry["px"]
+    side = px // 4  # the VQ downsamples 4x
+    return {
+        "family": geometry["family"],
+        "px": px,
+        "px_r2": px // 2,
+        "px_r4": px // 4,
+        "side": side,
+        **{name: f"{side // f}x{side // f}" for name, f in (("grid_target", 1), ("grid_r2", 2), ("grid_r4", 4))},
+        "name_text_prob": recipe["name_text_prob"],
+        "cfg_dropout": f"{recipe['cfg_dropout']:.0%}",
+        "vq_channels": tuple(vq["block_out_channels"]),
+        "codes": vq["num_vq_embeddings"],
+        "code_dim": vq["vq_embed_dim"],
+        "vq_l1_weight": hyper["vq_l1_weight"],
+        "vq_crop": hyper["vq_crop"],
+        "target_dim": target["dim"],
+        "target_layers": target["n_layer"],
+        "target_heads": target["n_head"],
+        "text_mix": text_mix(budget["ar_text_mix"]),
+        "teacher_forcing": teacher_forcing(budget),
+        "parallel_decoding": parallel_decoding(budget),
+        "draft_model_dim": small["dim"],
+        "draft_model_layers": small["n_layer"],
+        "upsampler_width": hyper["upsampler_width"],
+        "upsampler_depth": hyper["upsampler_depth"],
+        "eagle_noise": budget.get("eagle_noise", 0),
+        "eagle_cls_weight": budget.get("eagle_cls_weight", 0),
+        "weight_decay": optimizer["weight_decay"],
+        "warmup": optimizer["warmup"],
+        "clip_norm": optimizer["clip_norm"],
+    }
+
+
+def data_fields(report: dict, geometry: dict) -> dict:
+    """The data and licence paragraphs (every style's package and licence on styled data) and
+    the image count."""
+    px, n_images = geometry["px"], report.get("data", {}).get("images", 0)
     sizes_text = ", ".join(str(px // f) for f in (1, 2, 4))
     data_text = (SVG_DATA if geometry["svg"] else PNG_DATA).format(images=n_images, sizes=sizes_text)
     licence_text = TWEMOJI_LICENCE
-    if geometry.get("styles"):  # the multi-style family: every style's package and licence
+    if geometry.get("styles"):
         data_text, licence_text = styled_data_text(geometry["styles"], report.get("data", {}), sizes_text)
-    history = geometry["history"]
-    if "vq_study" in report:
-        study = report["vq_study"]["candidates"]
-        history = vq_study_section(study, report["vq"]["codes"], geometry["study_rule"]) + "\n" + history
+    return {"data_text": data_text, "licence_text": licence_text, "images": f"{n_images:,}"}
 
-    def seconds(entry: dict):  # a resumed stage: its training loop counts every session's time
-        return max(entry.get("stage_seconds", 0), entry.get("seconds", 0)) or None
 
-    stage_rows = "\n".join(
-        f"| {name} | {_fmt(seconds(entry))} | {stage_hardware(entry)} | "
-        + ", ".join(
-            f"{k} {_fmt(v)}" for k, v in entry.items() if k not in ("stage_seconds", "hardware", "seconds", "segments")
-        )
-        + " |"
-        for name, entry in report.items()
-        if name != "vq_study"  # its own section; its time is the vq stage's
-    )
-    total = sum(seconds(entry) or 0 for name, entry in report.items() if name != "vq_study")
-    m = metrics["methods"]
-    metric_rows = "\n".join(
-        f"| {label} | {_fmt(e['fd'])} | {_fmt(e['adherence'])} | {_fmt(e['nfe_target'])} | {_fmt(e['nfe_drafter'])} | "
-        f"{_fmt(e.get('acceptance_rate'))} | {_fmt(e.get('acceptance_flat'))} | {_fmt(e.get('acceptance_detail'))} | "
-        f"{_fmt(e.get('reopened_fraction'))} | {_fmt(e['seconds_per_image'])} |"
-        for label, e in m.items()
-    )
-    per_round = "\n".join(
-        f"| {label} | {', '.join(_fmt(x) for x in e['per_round_acceptance'])} | "
-        f"{', '.join(_fmt(x) for x in e['per_round_reopened'])} |"
-        for label, e in m.items()
-        if "per_round_acceptance" in e
-    )
-    size_rows = "\n".join(f"| {name} | {_fmt(mb)} |" for name, mb in sizes.items())
-    short = metrics.get("short_prompts") or {}
-    short_line = (
-        f"One-word prompts, what people type ({short['prompts']} prompts: each evaluation emoji's first short "
-        f"prompt, e.g. {', '.join(repr(p) for p in short['examples'][:6])}; adherent when the top-5 texts "
-        f"include any emoji the prompt fits, e.g. any of the six sun emoji for 'sun'): "
-        f"AR {_fmt(short['ar'])}, MuLo-SD r = 2 {_fmt(short['mulo-r2'])} as shipped, where a short name "
-        f"conditions on its emoji's name (`aliases.json`, from emoji.json: 'pizza' -> 'slice of pizza'); the "
-        f"models alone (`--no-aliases`): AR {_fmt(short.get('ar raw'))}, MuLo-SD {_fmt(short.get('mulo-r2 raw'))}."
-        if "ar" in short
-        else ""
-    )
-    card = f"""# {family}: a multi-scale AR image model family for MuLo-SD
-
-Trained by `python -m mulo train {family}` (hardware per stage below). Its images are {px}x{px} emoji,
-{side}x{side} target tokens; every model runs on a CPU and loads with no network access.
-
-{intended_use(report, vq["num_vq_embeddings"])}
-
-## Data and license
-
-{data_text} {licence_text}
-
-## Models
-
-| file | size (MB) |
-|---|---|
-{size_rows}
-
-- **mini-CLIP** (`clip`): word-level text transformer (2 layers, width 128, up to 16 words) and a
-  4-stage image CNN, trained contrastively (symmetric InfoNCE, same-emoji pairs all positive). Its
-  contrastive text embedding followed by its per-word features, each scaled to unit RMS (17 x 128,
-  padding slots zero like the null condition), condition every AR model; its image features are
-  the space of the FD and adherence metrics. Text augmentation: the emoji's name with probability
-  {recipe["name_text_prob"]}, else its full description. Unknown prompt words are reported; a prompt with no
-  known word is an error.
-- **VQ tokenizer** (`vq`): `diffusers.VQModel`, channels {tuple(vq["block_out_channels"])}, 4x downsampling,
-  {vq["num_vq_embeddings"]} codes of dimension {vq["vq_embed_dim"]}, one codebook for {px} px ({grid[1]} tokens),
-  {px // 2} px ({grid[2]}) and {px // 4} px ({grid[4]}); MSE + 0.5 L1 + commitment loss, images larger
-  than 32 px seen as random 32 px crops, dead codes restarted from encoder outputs.
-- **AR models** (`target` {grid[1]}, `drafter_r2` {grid[2]}, `drafter_r4` {grid[4]}): the engine's GPT (width
-  {target["dim"]}, {target["n_layer"]} layers, {target["n_head"]} heads; drafters of the same size as the target),
-  conditioned on the text features, {recipe["cfg_dropout"]:.0%} condition dropout for classifier-free
-  guidance, text augmentation ({_text_mix(mix)}), {_teacher_forcing(budget)}.
-  Batches draw every emoji equally often, its skin-tone variants sharing its weight; bf16 autocast
-  on a GPU, and on a CPU where it measures faster than fp32 (`loop.cpu_bf16_pays`).{_parallel_decoding(budget)}
-- **Same-grid draft model** (`draft_model`, {grid[1]}, width {small["dim"]}, {small["n_layer"]} layers) for
-  the token-level baselines `sd` and `lantern_chain`.
-- **Learned up-samplers** (`upsampler_r2`, `upsampler_r4`): row-causal convolutions + pixel shuffle
-  (width 128, 3 blocks), token cross-entropy on images encoded at both resolutions.
-- **EAGLE-2 draft head** (`eagle_head`, baselines `eagle2` and `lantern`): one decoder layer of the target's width fed
-  with the target's last hidden state and the next input's embedding (through a linear fusion), reusing
-  the target's embeddings and output head; trained on the frozen target's features of the training
-  sequences (same text mix and condition dropout) to predict the next feature (smooth L1, features
-  perturbed by uniform noise of {budget.get("eagle_noise", 0)}) and the target's next-token
-  distribution (weight {budget.get("eagle_cls_weight", 0)}).
-
-Weights are stored as fp16 safetensors with JSON configs and loaded as float32.
-
-## Training settings and time
-
-Budget (steps, batch sizes): `{json.dumps(budget)}`. AdamW (weight decay 0.01), linear warm-up over
-100 steps then cosine decay, gradient clipping at 1.0, fixed seeds.
-
-| stage | seconds | hardware | measured |
-|---|---|---|---|
-{stage_rows}
-
-Total: {total / 60:.1f} minutes.
-
-## Metrics
-
-Over {metrics["prompts"]} fixed prompts (`eval_prompts.json`: one per base emoji, flags and keycaps
-excluded; seed i for prompt i), with the family's default settings (`{json.dumps(metrics["config"])}`).
-FD: Frechet distance between mini-CLIP image features of the generated images and of the real
-images of the same emoji (lower is better). Adherence: fraction of generated images whose top-5
-retrieved texts (among the names of all {n_images:,} images) include the prompted emoji. NFE: forward
-passes per image. Acceptance: share of draft tokens accepted, overall and over flat / detailed
-tokens of the final image (pixel standard deviation under / over 0.02, `acceptance_by_detail`).
-Time: wall seconds per image on the hardware of the card stage.
-
-| method | FD | adherence | NFE target | NFE drafter | acceptance | flat | detailed | re-opened | s / image |
-|---|---|---|---|---|---|---|---|---|---|
-{metric_rows}
-
-{short_line}
-
-MuLo-SD per round (mean over prompts; round = one block of low-res rows):
-
-| method | acceptance rate per round | re-opened fraction per round |
-|---|---|---|
-{per_round}
-
-## Samples
-
-AR (prompt under each image):
-
-![AR samples](samples_ar.png)
-
-MuLo-SD (r = 2, same prompts and seeds):
-
-![MuLo-SD samples](samples_mulo.png)
-
-{history}"""
-    (assets / "MODEL_CARD.md").write_text(card)
-    return card
+def history_section(report: dict, geometry: dict) -> str:
+    """The family's fixed History, after the run's VQ study when it had several candidates."""
+    if "vq_study" not in report:
+        return geometry["history"]
+    study = vq_study_section(report["vq_study"]["candidates"], report["vq"]["codes"], geometry["study_rule"])
+    return study + "\n" + geometry["history"]

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from PIL import Image
 
 from mulo.eval.quality import pack_prompts, unpack_prompts
@@ -308,3 +310,13 @@ def load_scales(cache: str | Path, sizes=SCALES) -> EmojiData:
     data.scales = {px: images[f"images_{px}"] for px in sizes}
     data.images = data.scales[max(sizes)]
     return data
+
+
+def to_float(images: np.ndarray) -> torch.Tensor:
+    """uint8 images ``[N, h, w, 3]`` as the models' floats ``[N, 3, h, w]`` in [0, 1]."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+
+
+def resize(images: torch.Tensor, size: int) -> torch.Tensor:
+    """``images`` area-resized to ``size`` px (as they are when already that size)."""
+    return images if images.shape[-1] == size else F.interpolate(images, size=(size, size), mode="area")

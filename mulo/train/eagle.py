@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from mulo.models.eagle import EagleHead
 from mulo.models.gpt import GPT, GPTConfig
+from mulo.train.ar_stage import ar_batch, ar_data
 from mulo.train.loop import autocast, init_weights, train
 
 
@@ -29,7 +30,7 @@ def train_eagle_head(pipe) -> None:
     and is trained to predict f_{s+1} (smooth L1) and the target's next-token distribution
     from it (cross-entropy against the target's probabilities, weight ``eagle_cls_weight``)."""
     target = load_target(pipe)
-    data = pipe.ar_data(pipe.recipe.grid("target"))
+    data = ar_data(pipe, pipe.recipe.grid("target"))
     torch.manual_seed(pipe.seed + 7)
     head = EagleHead(target.config)
     head.apply(init_weights)
@@ -65,11 +66,19 @@ def train_eagle_head(pipe) -> None:
 
     def loss_fn(step):
         rng = np.random.default_rng([pipe.seed, sum(map(ord, "eagle")), step])
-        x, cond = pipe.ar_batch(data, rng, b.eagle_batch)
+        x, cond = ar_batch(pipe, data, rng, b.eagle_batch)
         regression, classification, *_ = head_loss(x, cond, b.eagle_noise, rng)
         return regression + b.eagle_cls_weight * classification
 
-    stats = train("eagle", head, loss_fn, b.eagle_steps, pipe.run / "eagle.ckpt", lr=1e-3, every=b.checkpoint_every)
+    stats = train(
+        "eagle",
+        head,
+        loss_fn,
+        b.eagle_steps,
+        pipe.run / "eagle.ckpt",
+        lr=pipe.recipe.hyper.eagle_lr,
+        every=b.checkpoint_every,
+    )
     # On validation images named by their names: how often the head's most likely next token
     # is the target's, and the target's probability of it (the acceptance rate of a one-node
     # tree at temperature 1, guidance off).

@@ -14,6 +14,7 @@ import logging
 import math
 import platform
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,14 +22,30 @@ import torch
 log = logging.getLogger(__name__)
 
 
+WEIGHT_DECAY = 0.01  # AdamW's, unless a stage asks for more
+WARMUP = 100  # steps of linear learning-rate warm-up
+CLIP_NORM = 1.0  # gradient clipping
+LOSS_WINDOW = 50  # the logged and returned loss is the mean over this many recent steps
 MIN_LR_SCALE = 0.02
 
 
-def lr_scale(step: int, steps: int, warmup: int = 100) -> float:
+def lr_scale(step: int, steps: int, warmup: int = WARMUP) -> float:
     """The learning rate at ``step`` over the peak: linear warm-up, then a cosine that reaches zero
     at ``steps``, never below MIN_LR_SCALE."""
     warm = min(1.0, (step + 1) / max(1, warmup))
     return max(warm * 0.5 * (1 + math.cos(math.pi * min(step, steps) / max(1, steps))), MIN_LR_SCALE)
+
+
+@dataclass
+class Progress:
+    """Where a stage stands: what its checkpoint keeps besides the model and the optimizer."""
+
+    step: int = 0
+    seconds: float = 0.0  # training time over every session
+    segments: list = field(default_factory=list)  # [{"hardware", "steps": [first, end], "seconds"}]
+    curve: list = field(default_factory=list)  # [step, held-out loss] at each validation
+    best: dict = field(default_factory=lambda: {"step": None, "val": math.inf})
+    before: float = 0.0  # seconds of the earlier segments; this session's segment counts the rest
 
 
 def train(
@@ -38,8 +55,8 @@ def train(
     steps: int,
     checkpoint: Path,
     lr: float = 1e-3,
-    weight_decay: float = 0.01,
-    warmup: int = 100,
+    weight_decay: float = WEIGHT_DECAY,
+    warmup: int = WARMUP,
     every: int = 200,
     on_step=None,
     validate=None,
@@ -55,77 +72,97 @@ def train(
     "best_val_loss" and the "val_curve" ([step, loss] pairs)."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
     validate_every = every * max(1, -(-validate_every // every))  # a multiple of the checkpoint interval
-    start, elapsed, recent, segments = 0, 0.0, [], []
-    curve, best = [], {"step": None, "val": math.inf}
+    progress = resume(name, model, opt, checkpoint)
     best_path = checkpoint.with_suffix(".best")
-    if checkpoint.exists():
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        start, elapsed = int(state["step"]), float(state["seconds"])
-        segments = state.get("segments") or [{"hardware": "unrecorded", "steps": [0, start], "seconds": elapsed}]
-        curve, best = state.get("curve", []), state.get("best", best)
-        log.info("%s: resuming at step %d", name, start)
-    here = hardware(str(next(model.parameters()).device))
-    if not segments or segments[-1]["hardware"] != here:
-        segments.append({"hardware": here, "steps": [start, start], "seconds": 0.0})
-    done_before = elapsed - segments[-1]["seconds"]
-
-    def save(step: int) -> None:
-        segments[-1].update(steps=[segments[-1]["steps"][0], step], seconds=round(elapsed - done_before, 1))
-        tmp = checkpoint.with_suffix(".tmp")
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "step": step,
-                "seconds": elapsed,
-                "segments": segments,
-                "curve": curve,
-                "best": best,
-            },
-            tmp,
-        )
-        tmp.replace(checkpoint)
-
-    def check(step: int) -> None:
-        model.eval()
-        with torch.no_grad():
-            val = float(validate())
-        model.train()
-        curve.append([step, round(val, 4)])
-        if val < best["val"]:
-            best.update(step=step, val=val)
-            torch.save(model.state_dict(), best_path)
-        log.info("%s: step %d held-out loss %.4f (best %.4f at step %d)", name, step, val, best["val"], best["step"])
-
+    recent = []
     model.train()
     tick = time.perf_counter()
-    for step in range(start, steps):
+    for step in range(progress.step, steps):
         for group in opt.param_groups:
             group["lr"] = lr * lr_scale(step, steps, warmup)
         loss = loss_fn(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
         opt.step()
         if on_step is not None:
             on_step(step)
-        recent = (recent + [float(loss.detach())])[-50:]
+        recent = (recent + [float(loss.detach())])[-LOSS_WINDOW:]
         if (step + 1) % every == 0 or step + 1 == steps:
             # on checkpoint steps only, so the best weights never run ahead of a resumable state
             if validate is not None and ((step + 1) % validate_every == 0 or step + 1 == steps):
-                check(step + 1)
-            elapsed += time.perf_counter() - tick
+                check(name, model, validate, progress, step + 1, best_path)
+            progress.seconds += time.perf_counter() - tick
             tick = time.perf_counter()
-            save(step + 1)
-            log.info("%s: step %d/%d loss %.4f (%.0f s)", name, step + 1, steps, sum(recent) / len(recent), elapsed)
+            save(checkpoint, model, opt, progress, step + 1)
+            mean = sum(recent) / len(recent)
+            log.info("%s: step %d/%d loss %.4f (%.0f s)", name, step + 1, steps, mean, progress.seconds)
     model.eval()
-    stats = {"seconds": round(elapsed, 1), "final_loss": sum(recent) / max(1, len(recent)) if recent else None}
-    if validate is not None and best["step"] is not None:
+    return finish(model, progress, recent, validate is not None, best_path)
+
+
+def resume(name: str, model: torch.nn.Module, opt, checkpoint: Path) -> Progress:
+    """The stage's progress, with the model and the optimizer as its checkpoint left them (a
+    fresh start without one), and a new segment when other hardware than the last runs on."""
+    progress = Progress()
+    if checkpoint.exists():
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        progress.step, progress.seconds = int(state["step"]), float(state["seconds"])
+        # a checkpoint from before segments were kept: one segment on unknown hardware
+        unrecorded = [{"hardware": "unrecorded", "steps": [0, progress.step], "seconds": progress.seconds}]
+        progress.segments = state.get("segments") or unrecorded
+        progress.curve, progress.best = state.get("curve", []), state.get("best", progress.best)
+        log.info("%s: resuming at step %d", name, progress.step)
+    here = hardware(str(next(model.parameters()).device))
+    if not progress.segments or progress.segments[-1]["hardware"] != here:
+        progress.segments.append({"hardware": here, "steps": [progress.step, progress.step], "seconds": 0.0})
+    progress.before = progress.seconds - progress.segments[-1]["seconds"]
+    return progress
+
+
+def save(checkpoint: Path, model: torch.nn.Module, opt, progress: Progress, step: int) -> None:
+    """The checkpoint at ``step``, written beside and then moved over the last one, so a kill
+    mid-write leaves the previous checkpoint whole."""
+    last = progress.segments[-1]
+    last.update(steps=[last["steps"][0], step], seconds=round(progress.seconds - progress.before, 1))
+    state = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "step": step,
+        "seconds": progress.seconds,
+        "segments": progress.segments,
+        "curve": progress.curve,
+        "best": progress.best,
+    }
+    tmp = checkpoint.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(checkpoint)
+
+
+def check(name: str, model: torch.nn.Module, validate, progress: Progress, step: int, best_path: Path) -> None:
+    """The held-out loss at ``step`` onto the curve; the weights kept when it is the best so far."""
+    model.eval()
+    with torch.no_grad():
+        val = float(validate())
+    model.train()
+    progress.curve.append([step, round(val, 4)])
+    best = progress.best
+    if val < best["val"]:
+        best.update(step=step, val=val)
+        torch.save(model.state_dict(), best_path)
+    log.info("%s: step %d held-out loss %.4f (best %.4f at step %d)", name, step, val, best["val"], best["step"])
+
+
+def finish(model: torch.nn.Module, progress: Progress, recent: list, validated: bool, best_path: Path) -> dict:
+    """The stage's stats; a validated stage's model ends with its best weights."""
+    stats = {"seconds": round(progress.seconds, 1), "final_loss": sum(recent) / max(1, len(recent)) if recent else None}
+    if validated and progress.best["step"] is not None:
         model.load_state_dict(torch.load(best_path, map_location="cpu", weights_only=True))
-        stats.update(best_step=best["step"], best_val_loss=round(best["val"], 4), val_curve=curve)
-    ran = [segment for segment in segments if segment["steps"][1] > segment["steps"][0]]
+        stats.update(best_step=progress.best["step"], best_val_loss=round(progress.best["val"], 4))
+        stats.update(val_curve=progress.curve)
+    ran = [segment for segment in progress.segments if segment["steps"][1] > segment["steps"][0]]
     if len({segment["hardware"] for segment in ran}) > 1:
         stats["segments"] = ran
     return stats

@@ -1,5 +1,6 @@
-"""What the twemoji families are trained to: geometry, architectures, budgets, knob defaults, the
-VQ study's rule (``mulo.train.twemoji`` runs them)."""
+"""What the emoji families (``twemoji``, ``twemoji-64``, ``emoji``) are trained to: geometry,
+architectures, budgets, each stage's learning rate and sizes, knob defaults, the VQ study's rule
+(``mulo.train.twemoji`` runs them)."""
 
 from __future__ import annotations
 
@@ -144,6 +145,27 @@ def build_vq(codes: int) -> VQModel:
 
 
 @dataclass(frozen=True)
+class Hyper:
+    """What a recipe's budgets share: each stage's peak learning rate (``loop.train``'s AdamW),
+    the up-samplers' size and the VQ's loss. Not in ``Budget``: the model card prints the budget
+    as it is, and these never changed between a full and a smoke run."""
+
+    clip_lr: float = 1e-3
+    clip_shift: int = 3  # mini-CLIP's translation augmentation: up to this many pixels each way
+    style_word_prob: float = 0.5  # styled data: how often a name-only CLIP text ends with its style word
+    vq_lr: float = 1e-3
+    vq_l1_weight: float = 0.5  # VQ loss: MSE + this x L1 + commitment
+    vq_crop: int = 32  # the VQ trains on images above this size as random crops of it
+    vq_restart_every: int = 100  # steps between dead-code restarts
+    ar_lr: float = 1.5e-3  # the target and the drafters
+    draft_model_lr: float = 2e-3
+    upsampler_lr: float = 2e-3
+    upsampler_width: int = 128
+    upsampler_depth: int = 3
+    eagle_lr: float = 1e-3
+
+
+@dataclass(frozen=True)
 class Recipe:
     """One family's geometry and training plan."""
 
@@ -157,6 +179,7 @@ class Recipe:
     target: dict = field(default_factory=lambda: dict(TARGET))
     draft_model: dict = field(default_factory=lambda: dict(DRAFT_MODEL))
     styles: tuple[str, ...] = ()  # multi-style data: the style words (``mulo.train.styles``); () = Twemoji only
+    hyper: Hyper = field(default_factory=Hyper)
 
     @property
     def sizes(self) -> tuple[int, int, int]:

@@ -46,25 +46,26 @@ def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
     train_idx = np.flatnonzero(~d.is_val)
     images = [pipe.images_at(px) for px in pipe.recipe.sizes]
     rng = pipe.rng("vq")
-    b = pipe.budget.vq_batch
+    b, hyper = pipe.budget.vq_batch, pipe.recipe.hyper
+    crop = hyper.vq_crop
 
     recent = {}  # the last batch's encoder outputs and codes, for dead-code restarts
 
     def loss_fn(step):
-        # The three sizes per step; those above 32 px as random 32 px crops (the net is
-        # convolutional, and a crop costs what a 32 px image does).
+        # The three sizes per step; those above the crop size as random crops of it (the net is
+        # convolutional, and a crop costs what an image of the crop size does).
         idx = rng.choice(train_idx, size=3 * b, replace=len(train_idx) < 3 * b)
         total = 0.0
         for part, size_images in enumerate(images):
             batch = size_images[idx[part * b : (part + 1) * b]]
-            if batch.shape[-1] > 32:
-                top, left = rng.integers(0, batch.shape[-1] - 31, size=2)
-                batch = batch[:, :, top : top + 32, left : left + 32]
+            if batch.shape[-1] > crop:
+                top, left = rng.integers(0, batch.shape[-1] - crop + 1, size=2)
+                batch = batch[:, :, top : top + crop, left : left + crop]
             x = batch.to(pipe.device) * 2 - 1
             latents = vq.encode(x).latents
             quant, commit_loss, (_, _, used) = vq.quantize(latents)
             recon = vq.decode(quant, force_not_quantize=True).sample
-            total = total + F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x) + commit_loss
+            total = total + F.mse_loss(recon, x) + hyper.vq_l1_weight * F.l1_loss(recon, x) + commit_loss
             if part == 0:
                 recent.update(latents=latents.detach(), codes=used.detach())
         return total
@@ -72,11 +73,12 @@ def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
     usage = torch.zeros(codes, device=pipe.device)
 
     def restart_dead_codes(step):
-        # Codes no batch has used for 100 steps move to random current encoder outputs.
+        # Codes no batch has used for about ``vq_restart_every`` steps (their decayed usage below
+        # 0.05) move to random current encoder outputs.
         with torch.no_grad():
             used = recent["codes"].reshape(-1)
             usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=pipe.device))
-            if (step + 1) % 100 == 0:
+            if (step + 1) % hyper.vq_restart_every == 0:
                 dead = (usage < 0.05).nonzero()[:, 0]
                 if len(dead):
                     lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
@@ -90,7 +92,7 @@ def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
         loss_fn,
         pipe.budget.vq_steps,
         pipe.run / f"{name}.ckpt",
-        lr=1e-3,
+        lr=hyper.vq_lr,
         every=pipe.budget.checkpoint_every,
         on_step=restart_dead_codes,
     )
