@@ -152,6 +152,19 @@ def test_the_model_card_template_is_filled_from_the_report(tmp_path, family):
     assert card.TEMPLATE.parent.name == "templates" and card.TEMPLATE.suffix == ".md"
 
 
+def test_the_card_states_the_ar_models_own_weight_decay():
+    """emoji's AR stages train at weight decay 0.05, every other stage at the loop's 0.01: the card
+    says both; a family trained at one decay (twemoji's) reads as before."""
+    from mulo.train import loop, recipes
+    from mulo.train.card import weight_decay_text
+
+    emoji = recipes.RECIPES["emoji"].budget.weight_decay
+    assert emoji != loop.WEIGHT_DECAY
+    assert weight_decay_text(loop.WEIGHT_DECAY, emoji) == f"{loop.WEIGHT_DECAY}; the AR models {emoji}"
+    assert weight_decay_text(loop.WEIGHT_DECAY, recipes.RECIPES["twemoji"].budget.weight_decay) == "0.01"
+    assert weight_decay_text(loop.WEIGHT_DECAY, None) == "0.01"  # a report from before the budget named it
+
+
 @pytest.mark.parametrize("family, px", [("twemoji", 128), ("twemoji-64", 64), ("emoji", 128)])
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine

@@ -280,10 +280,16 @@ def model_fields(recipe: dict, budget: dict, geometry: dict) -> dict:
         "upsampler_depth": hyper["upsampler_depth"],
         "eagle_noise": budget.get("eagle_noise", 0),
         "eagle_cls_weight": budget.get("eagle_cls_weight", 0),
-        "weight_decay": optimizer["weight_decay"],
+        # the AR stages train at the budget's weight decay (emoji's 0.05), every other stage at the loop's
+        "weight_decay": weight_decay_text(optimizer["weight_decay"], budget.get("weight_decay")),
         "warmup": optimizer["warmup"],
         "clip_norm": optimizer["clip_norm"],
     }
+
+
+def weight_decay_text(default: float, ar: float | None) -> str:
+    """AdamW's weight decay as the card states it: one number, or the AR models' own beside it."""
+    return f"{default}" if ar is None or ar == default else f"{default}; the AR models {ar}"
 
 
 def data_fields(report: dict, geometry: dict) -> dict:
