@@ -118,6 +118,13 @@ def test_variant_names():
     assert tar.parse_variant("tar-1024").ratio == 4
     with pytest.raises(ValueError, match="unknown tar variant"):
         tar.parse_variant("tar-13b")
+    # the family registry: every variant by its name, "tar-1.5b-512" as another name of "tar"
+    from mulo import families
+
+    assert {"tar", "tar-1.5b-1024", "tar-7b-512", "tar-7b-1024"} <= set(families.names())
+    assert families.get("tar-1.5b-512") is families.get("tar") and "tar-1.5b-512" not in families.names()
+    with pytest.raises(ValueError, match="family must be one of"):
+        families.get("tar-13b")
 
 
 def test_missing_weights_name_every_file_and_the_command(tmp_path, monkeypatch):

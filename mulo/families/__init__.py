@@ -41,6 +41,7 @@ class FamilySpec:
 
 
 REGISTRY: dict[str, FamilySpec] = {}
+ALIASES: dict[str, str] = {}  # another name -> the registered one (not listed in menus)
 
 
 def register(name: str, summary: str, module: str, *, trained: bool = False) -> FamilySpec:
@@ -56,7 +57,7 @@ def unregister(name: str) -> None:
 
 def get(name: str) -> FamilySpec:
     try:
-        return REGISTRY[name]
+        return REGISTRY[ALIASES.get(name, name)]
     except KeyError:
         raise ValueError(f"family must be one of {', '.join(REGISTRY)} (got {name!r})") from None
 
@@ -93,6 +94,7 @@ register("emoji", "trained by us, 32x32 tokens in five emoji styles (issue 38)",
 register("toy", "random weights, 8x8 tokens (code paths only)", "mulo.families.toy")
 # Tar's weights come from the Hub (``python -m mulo download tar``); loading never goes online.
 register("tar", "the real Tar-1.5B at 512 px (GPU; weights from `python -m mulo download tar`)", "mulo.families.tar")
+ALIASES["tar-1.5b-512"] = "tar"  # the variant's full name, as docs/tar.md gives it
 register("tar-1.5b-1024", "Tar-1.5B at 1024 px", "mulo.families.tar")
 register("tar-7b-512", "Tar-7B at 512 px", "mulo.families.tar")
 register("tar-7b-1024", "Tar-7B at 1024 px", "mulo.families.tar")
