@@ -44,8 +44,7 @@ def _method_help() -> str:
 
 
 def _family_help(trained: bool = False) -> str:
-    specs = [spec for spec in families.REGISTRY.values() if spec.trained or not trained]
-    return "; ".join(f"{spec.name}: {spec.summary}" for spec in specs)
+    return families.described(families.trained() if trained else families.names())
 
 
 def build_parser() -> argparse.ArgumentParser:

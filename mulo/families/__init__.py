@@ -70,6 +70,11 @@ def trained() -> tuple[str, ...]:
     return tuple(name for name, spec in REGISTRY.items() if spec.trained)
 
 
+def described(names) -> str:
+    """``name: summary`` of each family, one line (the CLI's help and the app's family menu)."""
+    return "; ".join(f"{name}: {get(name).summary}" for name in names)
+
+
 def check_available(name: str) -> None:
     """Fail fast, before torch is imported, on an unknown name (ValueError) or weights that are not on
     this machine (FileNotFoundError, naming the command that fetches them)."""

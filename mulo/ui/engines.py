@@ -21,7 +21,7 @@ def family_choices() -> tuple[str, ...]:
 
 def family_info() -> str:
     """The family menu's one-line help, from the registry's summaries."""
-    return "; ".join(f"{name}: {families.get(name).summary}" for name in family_choices())
+    return families.described(family_choices())
 
 
 DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", DEFAULT_FAMILY)
