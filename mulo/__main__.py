@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="speed and quality of every method, side by side (the paper's table)")
     be.add_argument("--family", default=DEFAULT_FAMILY)
     be.add_argument("--device", default="cpu")
-    be.add_argument("--quick", action="store_true", help="2 prompts, 9 methods: about a minute on 2 CPU cores")
+    be.add_argument("--quick", action="store_true", help="2 prompts, 9 methods: ~4 min on 2 CPU cores")
     be.add_argument(
         "--prompts",
         type=int,

@@ -46,6 +46,7 @@ TABLE_LABELS = [
     "mulo-v1-r2", "mulo-v2-r2", "mulo-v1-r4", "mulo-v2-r4",
 ]  # fmt: skip
 QUICK_LABELS = ["ar", "zipar", "sjd", "sd", "lantern", "eagle2", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
+QUICK_MAX_ROUNDS = 20  # --quick: a pass timing that has not settled in 20 rounds (1 s) reports its spread
 FALLBACK_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "sun", "ghost", "banana"]
 
 
@@ -74,14 +75,29 @@ def verification_pass_seconds(engine: Engine, prompt: str) -> float:
     return pass_costs.stable_seconds(lambda: fam.target(tokens, both), sync)[0]
 
 
-def run_table(engine: Engine, prompts: list[tuple[str, str]], labels: list[str], quality: Quality | None, warmup=1):
+def run_table(
+    engine: Engine,
+    prompts: list[tuple[str, str]],
+    labels: list[str],
+    quality: Quality | None,
+    warmup=1,
+    max_rounds: int | None = None,
+):
     """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)] (``harness.run``); returns
     ``({label: row}, one verification pass in seconds, the pass costs)``, each row ``harness.aggregate``'s
-    with the ideal bound and the NFE and cost speed-ups."""
+    with the ideal bound and the NFE and cost speed-ups. The pass costs are timed at the widths the
+    runs fed each model, each timing capped at ``max_rounds`` rounds (``costs.stable_seconds``)."""
     records = harness.run(engine, harness.runs_of(labels), prompts, warmup=warmup)
     one_pass = verification_pass_seconds(engine, prompts[0][1])
     drafters = {label: harness.drafter_of(engine, label) for label in labels}
-    costs = pass_costs.measure(engine, prompts[0][1], sorted({d for d in drafters.values() if d}))
+    fed: dict[str, set[int]] = {}
+    for label, recs in records.items():
+        for rec in recs:
+            fed.setdefault("target", set()).update(rec.pass_widths.get("target", []))
+            if drafters[label]:
+                fed.setdefault(drafters[label], set()).update(rec.pass_widths.get("drafter", []))
+    models = sorted({d for d in drafters.values() if d})
+    costs = pass_costs.measure(engine, prompts[0][1], models, fed=fed, max_rounds=max_rounds)
     ar = records.get("ar")
     keys = [key for key, _ in prompts]
     rows = {}
@@ -220,7 +236,8 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
     if "ar" not in labels:
         raise ValueError("the benchmark needs the ar baseline")
     start = time.perf_counter()
-    rows, one_pass, costs = run_table(engine, prompts, labels, quality, warmup=1)
+    max_rounds = QUICK_MAX_ROUNDS if quick else None
+    rows, one_pass, costs = run_table(engine, prompts, labels, quality, warmup=1, max_rounds=max_rounds)
     env = environment(engine)
     return {
         "methods": rows,
@@ -300,20 +317,23 @@ def goal_lines(result: dict) -> list[str]:
 
 
 def cost_lines(costs: dict | None) -> list[str]:
-    """The pass-cost table behind the cost speed-up: per model, a pass's cost by width."""
+    """The pass-cost table behind the cost speed-up: per model, a pass's cost by width (blank where
+    that model's passes needed no timing at that width)."""
     if not costs:
         return []
     unit = costs["unit_s"]
+    columns = sorted({w for widths in costs["widths"].values() for w in widths})
     lines = [
         "## Pass costs\n",
         f"One single-token target step = {unit * 1000:.2f} ms. A pass of each width (tokens fed), in target "
         "steps, with the spread of its timings ((max - min) / median of the last rounds):\n",
-        "| model | " + " | ".join(f"w={w}" for w in max(costs["widths"].values(), key=len)) + " |",
+        "| model | " + " | ".join(f"w={w}" for w in columns) + " |",
+        "|---|" + "---|" * len(columns),
     ]
-    lines.append("|---|" + "---|" * (lines[-1].count("|") - 2))
     for model, seconds in costs["seconds"].items():
-        cells = [f"{t / unit:.2f} ({d:.0%})" for t, d in zip(seconds, costs["spread"][model], strict=True)]
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        timed = zip(costs["widths"][model], seconds, costs["spread"][model], strict=True)
+        by_width = {w: f"{t / unit:.2f} ({d:.0%})" for w, t, d in timed}
+        lines.append(f"| {model} | " + " | ".join(by_width.get(w, "") for w in columns) + " |")
     return [*lines, ""]
 
 

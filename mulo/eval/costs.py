@@ -7,7 +7,8 @@ the "buckets": 1, 2, 4, ... up to its grid), each pass causal over a full cache 
 the middle of the grid, so its keys are those of an average step. A pass of another width is
 priced by linear interpolation between the buckets. Every timing repeats, in rounds of at least
 ``MIN_ROUND_S``, until the last ``WINDOW`` rounds agree within ``TOLERANCE`` ((max - min) /
-median), and reports that spread.
+median), and reports that spread. Only the buckets that price some pass of a run are timed
+(``priced_buckets``): the ones at and just above each width it fed, and width 1, the unit.
 
 All costs are relative to one single-token step of the target, so the cost of a request is in
 "target steps" and AR's is about its number of tokens.
@@ -30,14 +31,16 @@ MIN_ROUND_S = 0.05
 MAX_ROUNDS = 60
 
 
-def stable_seconds(fn, synchronize=None) -> tuple[float, float]:
+def stable_seconds(fn, synchronize=None, max_rounds: int | None = None) -> tuple[float, float]:
     """Seconds per call of ``fn``: rounds of calls (each at least ``MIN_ROUND_S``) until the last
-    ``WINDOW`` rounds' per-call times agree within ``TOLERANCE`` or ``MAX_ROUNDS`` ran. Returns
-    ``(median of those rounds, their spread)``; a spread above ``TOLERANCE`` says it never settled."""
+    ``WINDOW`` rounds' per-call times agree within ``TOLERANCE`` or ``MAX_ROUNDS`` (or fewer,
+    ``max_rounds``) ran. Returns ``(median of those rounds, their spread)``; a spread above
+    ``TOLERANCE`` says it never settled."""
     fn()  # warm-up: allocator, lazily built tables
     rounds: list[float] = []
     spread = float("inf")
-    while len(rounds) < MAX_ROUNDS:
+    limit = min(MAX_ROUNDS, max_rounds or MAX_ROUNDS)
+    while len(rounds) < limit:
         calls, start = 0, time.perf_counter()
         while True:
             fn()
@@ -60,6 +63,17 @@ def buckets(n_tokens: int) -> list[int]:
     """Pass widths timed for a model whose passes feed at most ``n_tokens - 1`` tokens."""
     widest = max(1, n_tokens - 1)
     return sorted({min(2**i, widest) for i in range(widest.bit_length() + 1)})
+
+
+def priced_buckets(all_buckets: list[int], fed) -> list[int]:
+    """The buckets that price passes of widths ``fed`` by interpolation: for each width, the widest
+    bucket at or below it and the narrowest at or above it (the widest bucket past the end); and
+    width 1, the unit every cost is relative to."""
+    keep = {all_buckets[0]}
+    for width in set(fed):
+        keep.add(max((b for b in all_buckets if b <= width), default=all_buckets[0]))
+        keep.add(min((b for b in all_buckets if b >= width), default=all_buckets[-1]))
+    return sorted(keep)
 
 
 @dataclass
@@ -126,9 +140,13 @@ def _head_pass(fam, cond, guidance: float, width: int):
 
 
 @torch.no_grad()
-def measure(engine, prompt: str, models: list[str], steps_only: bool = False) -> PassCosts:
+def measure(
+    engine, prompt: str, models: list[str], steps_only: bool = False, fed: dict | None = None, max_rounds=None
+) -> PassCosts:
     """Time ``models`` ("target", "drafter_r<r>", "draft_model", "eagle_head") of the engine's family
-    (and the target) at every bucket, or at width 1 only (``steps_only``)."""
+    (and the target) at every bucket, at width 1 only (``steps_only``), or at the buckets that
+    price the widths each model was fed in a run (``fed``: {model: widths}). ``max_rounds`` caps
+    each timing's rounds (``stable_seconds``)."""
     fam = engine.family
     cond = fam.condition(prompt, 0)
     guidance = engine.make_config(None).guidance
@@ -148,7 +166,9 @@ def measure(engine, prompt: str, models: list[str], steps_only: bool = False) ->
             n = model.config.max_seq_len
             make = lambda w, model=model: _runner_pass(model, cond, guidance, w)  # noqa: E731
         widths[name] = [1] if steps_only else buckets(n)
-        timed = [stable_seconds(make(w), sync) for w in widths[name]]
+        if fed is not None:
+            widths[name] = priced_buckets(widths[name], fed.get(name, []))
+        timed = [stable_seconds(make(w), sync, max_rounds) for w in widths[name]]
         seconds[name] = [t for t, _ in timed]
         spread[name] = [s for _, s in timed]
     return PassCosts(widths, seconds, spread)
