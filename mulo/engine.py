@@ -45,8 +45,11 @@ def versions() -> dict[str, str]:
 
 
 class Engine:
-    def __init__(self, family):
+    def __init__(self, family, fixed_shapes: bool | None = None):
+        """``fixed_shapes``: every forward pass in a few fixed shapes (``mulo.runner``); None picks
+        them on an accelerator and exact shapes on a CPU, where padding only costs."""
         self.family = family
+        self.fixed_shapes = fixed_shapes
         self.lock = threading.Lock()
 
     def make_config(self, config: GenerationConfig | dict | None = None) -> GenerationConfig:
@@ -84,7 +87,7 @@ class Engine:
             alias = fam.alias(prompt) if knobs.aliases else None
             with timer.phase("condition"):  # Tar: the LLM's semantic tokens + TA-Tok decoding
                 cond = fam.condition(alias or prompt, seed)
-            ctx = DecodeContext(fam, cond, knobs, torch.Generator().manual_seed(seed), timer)
+            ctx = DecodeContext(fam, cond, knobs, torch.Generator().manual_seed(seed), timer, self.fixed_shapes)
             rounds: list[Round] = []
             paused = [0.0]  # seconds the consumer held the generator between rounds
             tokens = yield from _collect(methods.get(method).generate(ctx), rounds, paused)

@@ -14,6 +14,12 @@ one, so contexts stay exact; False re-feeds only slots that hold another token (
 stale-KV ablation). Passes over final tokens only (MuLo-SD's islands) keep a second mark,
 ``_final_context``: stale slots already re-encoded seeing only final tokens, so each is re-fed
 once there; causal passes still re-feed them all, since those K/V saw holes, not the prefix.
+
+Masks are built on the model's device. Shapes are ``exact`` by default on a CPU (each pass's
+queries, and keys up to the last slot one of them can see) and ``fixed`` on an accelerator
+(``fixed_shapes``): every pass attends over the whole cache and its queries are padded to a power
+of two with queries that write and see only a junk slot at the cache's end, so a method's passes
+take a handful of shapes (what CUDA graphs replay) for the same tokens (tests/test_shapes.py).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class ModelRunner:
         top_p: float,
         refresh: bool = True,
         scratch: int = 0,
+        fixed_shapes: bool | None = None,
     ):
         self.model = model
         self.guidance = guidance
@@ -50,9 +57,14 @@ class ModelRunner:
         self.grid = model.config.grid_hw
         self.vocab_size = model.config.vocab_size
         self.device = param.device
-        # Slots past the image's (``scratch``) hold draft-tree nodes: several candidates per position.
+        # Slots past the image's (``scratch``) hold draft-tree nodes: several candidates per position;
+        # with fixed shapes, one more (the junk slot) takes the padding queries' K/V.
         self.n_main = self.n_cond + self.n_image - 1
-        self.cache = KVCache(model.config, batch.shape[0], param.device, param.dtype, self.n_main + scratch)
+        self.n_scratch = scratch
+        self.fixed_shapes = param.device.type != "cpu" if fixed_shapes is None else fixed_shapes
+        n_slots = self.n_main + scratch + int(self.fixed_shapes)
+        self.cache = KVCache(model.config, batch.shape[0], param.device, param.dtype, n_slots)
+        self.junk = n_slots - 1 if self.fixed_shapes else None
         self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
         self._stale_from = self.n_image
         self._final_context = torch.zeros(self.n_image, dtype=torch.bool)
@@ -91,20 +103,27 @@ class ModelRunner:
     def _feed_hidden(self, positions, tokens, mask, slots=None):
         """``_feed``, also returning the per-branch hidden state ``[B, Q, dim]``; ``slots`` (default:
         the positions' own) are where K/V go (scratch slots for tree nodes, which are not recorded
-        as fed: their positions' own slots are untouched)."""
+        as fed: their positions' own slots are untouched). ``mask`` is on the model's device."""
         positions = positions.to(torch.long).cpu()
         if int(positions.max()) >= self.n_image - 1 or int(positions.min()) < 0:
             raise ValueError(f"image positions must be in [0, {self.n_image - 2}] to be fed")
         tokens = tokens.to(torch.long).cpu()
+        n = len(positions)
+        pe_slots = positions + self.n_cond
+        cache_slots = pe_slots if slots is None else torch.as_tensor(slots, dtype=torch.long).cpu()
+        if self.fixed_shapes:
+            mask, pad = pad_mask(mask, self.cache.n_slots, self.junk), query_bucket(n) - n
+            tokens, pe_slots = pad_rows(tokens, pad, 0), pad_rows(pe_slots, pad, self.n_cond)
+            cache_slots = pad_rows(cache_slots, pad, self.junk)
         embeddings = self.model.embed_tokens(tokens.to(self.device))[None]
         embeddings = embeddings.expand(self.cache.k.shape[1], -1, -1)
-        pe_slots = (positions + self.n_cond).to(self.device)
-        cache_slots = pe_slots if slots is None else slots.to(self.device)
-        hidden = self.model.forward_hidden(embeddings, cache_slots, mask.to(self.device), self.cache, pe_slots)
+        hidden = self.model.forward_hidden(
+            embeddings, cache_slots.to(self.device), mask, self.cache, pe_slots.to(self.device)
+        )[:, :n]
         self.nfe += 1
-        self.widths.append(len(positions))
+        self.widths.append(embeddings.shape[1])  # padding included: what the pass computed
         if slots is None:
-            self._fed[positions] = tokens
+            self._fed[positions] = tokens[:n]
         return self._guided(self.model.output(hidden).float()), hidden
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
@@ -183,16 +202,16 @@ class ModelRunner:
         if bool((self._fed[:root] != seq[:root]).any()) or root >= self.n_image - 1:
             raise RuntimeError("a draft tree must grow from a fed prefix and a root that can be fed")
         m = len(tokens)
-        if m > self.cache.n_slots - self.n_main:
-            raise ValueError(f"a tree of {m} nodes does not fit in {self.cache.n_slots - self.n_main} scratch slots")
+        if m > self.n_scratch:
+            raise ValueError(f"a tree of {m} nodes does not fit in {self.n_scratch} scratch slots")
         positions = torch.as_tensor(positions, dtype=torch.long)
         all_positions = torch.cat([torch.tensor([root]), positions])
         slots = torch.cat([torch.tensor([self.n_cond + root]), self.n_main + torch.arange(m)])
-        mask = torch.zeros(1 + m, self.n_main + m, dtype=torch.bool)
+        mask = torch.zeros(1 + m, self.n_main + m, dtype=torch.bool, device=self.device)
         mask[:, : self.n_cond + root + 1] = True  # condition, committed prefix and the root
-        mask[1:, self.n_main :] = visible
+        mask[1:, self.n_main :] = visible.to(self.device)
         tokens = torch.cat([seq[root : root + 1], torch.as_tensor(tokens, dtype=torch.long)])
-        self.cache.written[self.n_main :] = False  # the last tree's nodes are gone
+        self.cache.written[self.n_main :] = False  # the last tree's nodes (and the junk slot) are gone
         logits, hidden = self._feed_hidden(all_positions, tokens, mask, slots)
         self._fed[root] = seq[root]
         return logits, hidden
@@ -209,22 +228,26 @@ class ModelRunner:
         self.cache.written[dst] = True
         self._fed[torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(tokens, dtype=torch.long)
 
-    # -- masks over cache slots ----------------------------------------------------------------
+    # -- masks over cache slots (built on the model's device) ---------------------------------
     def _width(self, positions: torch.Tensor) -> int:
-        return self.n_cond + int(positions.max()) + 1
+        """Key slots a pass over ``positions`` attends over: up to the last one a query can see
+        (exact shapes), or the whole cache (fixed shapes)."""
+        return self.cache.n_slots if self.fixed_shapes else self.n_cond + int(positions.max()) + 1
 
     def _causal_mask(self, positions: torch.Tensor) -> torch.Tensor:
         """Each query sees the condition and every written slot up to its own."""
-        slots = torch.arange(self._width(positions))
-        return slots[None, :] <= (positions[:, None] + self.n_cond)
+        slots = torch.arange(self._width(positions), device=self.device)
+        return slots[None, :] <= (positions.to(self.device)[:, None] + self.n_cond)
 
     def _final_mask(self, positions: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
         """Each query sees the condition, its own slot and the *final* image positions before it."""
         width = self._width(positions)
-        image = torch.arange(width - self.n_cond)
-        visible = (image[None, :] <= positions[:, None]) & final[: width - self.n_cond][None, :]
-        visible |= image[None, :] == positions[:, None]
-        cond = torch.ones(len(positions), self.n_cond, dtype=torch.bool)
+        image = torch.arange(width - self.n_cond, device=self.device)
+        queries = positions.to(self.device)[:, None]
+        final = torch.nn.functional.pad(final.to(self.device), (0, max(0, width - self.n_cond - len(final))))
+        visible = (image[None, :] <= queries) & final[: width - self.n_cond][None, :]
+        visible |= image[None, :] == queries
+        cond = torch.ones(len(positions), self.n_cond, dtype=torch.bool, device=self.device)
         return torch.cat([cond, visible], dim=1)
 
     # -- keeping the cache in step with a token sequence -----------------------------------
@@ -254,3 +277,26 @@ class ModelRunner:
         if self._stale_from <= last:  # slots up to ``last`` were just re-encoded in order
             self._stale_from = last + 1
         return logits, positions
+
+
+def query_bucket(n: int) -> int:
+    """The query count a fixed-shape pass of ``n`` queries runs at: the next power of two."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def pad_mask(mask: torch.Tensor, n_slots: int, junk: int) -> torch.Tensor:
+    """``mask [Q, S']`` as a fixed-shape pass's ``[query_bucket(Q), n_slots]``: the padding queries
+    see only the ``junk`` slot, which no real query sees."""
+    q = mask.shape[0]
+    full = torch.zeros(query_bucket(q), n_slots, dtype=torch.bool, device=mask.device)
+    full[:q, : mask.shape[1]] = mask
+    full[:q, junk] = False
+    full[q:, junk] = True
+    return full
+
+
+def pad_rows(x: torch.Tensor, n: int, value, dim: int = 0) -> torch.Tensor:
+    """``x`` with ``n`` more rows along ``dim``, filled with ``value`` (a fixed-shape pass's padding)."""
+    shape = list(x.shape)
+    shape[dim] = n
+    return torch.cat([x, x.new_full(shape, value)], dim=dim)

@@ -46,5 +46,5 @@ def test_seed_diversity_tells_memorised_prompts_from_varied_ones():
     varied = [zero, one, zero]
     difference, distinct = generalisation.seed_diversity(varied)
     assert abs(difference - 2 / 3) < 1e-6 and distinct == 2
-    out = generalisation.probe(engine(), ["red apple"], seeds=3, methods={"ar": ("ar", {})})
+    out = generalisation.probe(engine(), ["red apple"], seeds=3, runs=[("ar", "ar", {})])
     assert out["methods"]["ar"]["off_nucleus"] == 0.0 and out["distinct_images"] == 3  # random weights vary

@@ -27,9 +27,11 @@ import torch
 
 from mulo.config import GenerationConfig
 from mulo.engine import Engine
+from mulo.eval import harness
 from mulo.sampling import cfg_combine, logits_to_probs
 
-DEFAULT_METHODS = {"ar": ("ar", {}), "mulo l=0": ("mulo", {"radius": 0}), "mulo l=1": ("mulo", {"radius": 1})}
+# runs of ``mulo.eval.harness``: (row name, label, knob overrides)
+DEFAULT_RUNS = [("ar", "ar", {}), ("mulo l=0", "mulo", {"radius": 0}), ("mulo l=1", "mulo", {"radius": 1})]
 
 
 @torch.no_grad()
@@ -65,30 +67,32 @@ def seed_diversity(images: list[torch.Tensor]) -> tuple[float, int]:
     return float(np.mean(pairs)) if pairs else 0.0, distinct
 
 
-def probe(engine: Engine, prompts: list[str], seeds: int = 5, methods=None, overrides: dict | None = None) -> dict:
-    """Every measure above over ``prompts`` (seed i for prompt i for the methods; seeds 0..seeds-1
-    for the diversity of AR)."""
-    methods = DEFAULT_METHODS if methods is None else methods
-    rows = {label: {"nll": [], "entropy": [], "off_nucleus": []} for label in methods}
+def probe(engine: Engine, prompts: list[str], seeds: int = 5, runs=None, overrides: dict | None = None) -> dict:
+    """Every measure above over ``prompts``, through ``harness.run`` (seed i for prompt i for the
+    ``runs``, default ``DEFAULT_RUNS``; seeds 0..seeds-1 for the diversity of AR). ``overrides``
+    go on top of every run's knobs."""
+    runs = [(name, label, {**knobs, **(overrides or {})}) for name, label, knobs in runs or DEFAULT_RUNS]
+
+    def scored(result) -> tuple[torch.Tensor, dict]:
+        trace = result.trace
+        text = trace.condition_text or trace.prompt
+        scores = token_scores(engine, text, trace.seed, result.tokens, GenerationConfig.from_dict(trace.config))
+        return result.tokens, scores
+
+    records = harness.run(engine, runs, [(p, p) for p in prompts], extra=scored)
+    rows = {name: [rec.extra[1] for rec in recs] for name, recs in records.items()}
+    # AR's tokens of prompt i at seed i, when a run is plain AR with the same knobs: not drawn twice
+    plain = next((name for name, label, knobs in runs if label == "ar" and knobs == (overrides or {})), None)
     differences, distinct = [], []
     for i, prompt in enumerate(prompts):
-        plain_ar = {}  # seed -> AR's tokens already drawn for this prompt (not drawn twice)
-        for label, (method, knobs) in methods.items():
-            result = engine.generate(prompt, method, i, {**knobs, **(overrides or {})})
-            if method == "ar" and not knobs:
-                plain_ar[i] = result.tokens
-            config = GenerationConfig.from_dict(result.trace.config)
-            text = result.trace.condition_text or prompt
-            for key, value in token_scores(engine, text, i, result.tokens, config).items():
-                rows[label][key].append(value)
         grids = [
-            plain_ar[seed] if seed in plain_ar else engine.generate(prompt, "ar", seed, overrides).tokens
+            records[plain][i].extra[0] if plain and seed == i else engine.generate(prompt, "ar", seed, overrides).tokens
             for seed in range(seeds)
         ]
         difference, n_distinct = seed_diversity(grids)
         differences.append(difference)
         distinct.append(n_distinct)
-    out = {label: {key: float(np.mean(values)) for key, values in row.items()} for label, row in rows.items()}
+    out = {name: {key: float(np.mean([r[key] for r in row])) for key in row[0]} for name, row in rows.items()}
     ar = out.get("ar", {})
     return {
         "prompts": len(prompts),

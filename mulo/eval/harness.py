@@ -42,6 +42,7 @@ SPECS: dict[str, tuple[str, dict]] = {
     # MuLo-SD at the family's own recommended knobs, as the app runs it (the model card's rows)
     "mulo-r2": ("mulo", {"r": 2}),
     "mulo-r4": ("mulo", {"r": 4}),
+    "mulo": ("mulo", {}),  # every knob the family's (its default r too): the generalisation probe's
 }
 DRAFT_PHASES = ("drafter", "upsample", "downsample")  # the phases a method spends drafting
 

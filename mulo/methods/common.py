@@ -26,6 +26,7 @@ class DecodeContext:
     config: GenerationConfig
     generator: torch.Generator
     timer: PhaseTimer
+    fixed_shapes: bool | None = None  # runners' pass shapes (``mulo.runner``): None = by device
     runners: dict[str, list[ModelRunner]] = field(default_factory=lambda: {"target": [], "drafter": []})
     _last: tuple[dict, dict] = field(default_factory=lambda: ({}, {"target": 0, "drafter": 0}))
     _rounds: int = 0
@@ -42,7 +43,8 @@ class DecodeContext:
         """A runner of ``model`` for this request, counted under ``role`` ("target" / "drafter");
         ``scratch`` extra cache slots hold draft-tree nodes (EAGLE-2)."""
         c = self.config
-        runner = ModelRunner(model, self.cond, c.guidance, c.temperature, c.top_k, c.top_p, refresh, scratch)
+        sampling = (c.guidance, c.temperature, c.top_k, c.top_p)
+        runner = ModelRunner(model, self.cond, *sampling, refresh, scratch, self.fixed_shapes)
         self.runners[role].append(runner)
         return runner
 

@@ -26,6 +26,7 @@ import torch
 
 from mulo.methods.common import DecodeContext
 from mulo.methods.draft_tree import ACCEPTED, REJECTED, DraftTree, verify_tree
+from mulo.runner import pad_mask, pad_rows, query_bucket
 from mulo.sampling import cfg_combine
 
 
@@ -38,12 +39,31 @@ class HeadRunner:
         model = target_runner.model
         batch, dim = target_runner.cache.k.shape[1], model.config.dim
         self.n_main = target_runner.n_main
-        self.cache = head.new_cache(batch, self.n_main + scratch, target_runner.device, target_runner.cache.k.dtype)
+        # fixed shapes as the target's: one more slot, the junk slot, takes the padding queries
+        self.fixed_shapes = target_runner.fixed_shapes
+        n_slots = self.n_main + scratch + int(self.fixed_shapes)
+        self.cache = head.new_cache(batch, n_slots, target_runner.device, target_runner.cache.k.dtype)
         self.features = torch.zeros(batch, self.n_main, dim, device=target_runner.device, dtype=self.cache.k.dtype)
         self.done = 0  # main slots 0 .. done-1 hold the head's K/V from the target's real features
         self.used = 0  # scratch slots used by this round's tree
         self.nfe = 0
         self.widths: list[int] = []  # slots fed by each pass of the head
+
+    def _run(self, features, inputs, slots, mask, pe_slots=None) -> torch.Tensor:
+        """One head pass (``EagleHead.forward``'s arguments; ``slots`` on the host, ``mask`` on the
+        device); with fixed shapes its queries are padded to a power of two and its keys to the
+        whole cache."""
+        device, n = self.target.device, len(slots)
+        pe_slots = slots if pe_slots is None else torch.as_tensor(pe_slots)
+        if self.fixed_shapes:
+            pad, junk = query_bucket(n) - n, self.cache.n_slots - 1
+            mask = pad_mask(mask, self.cache.n_slots, junk)
+            features, inputs = pad_rows(features, pad, 0, dim=1), pad_rows(inputs, pad, 0, dim=1)
+            slots, pe_slots = pad_rows(slots, pad, junk), pad_rows(pe_slots, pad, 0)
+        out = self.head(self.target.model, features, inputs, slots.to(device), mask, self.cache, pe_slots.to(device))
+        self.nfe += 1
+        self.widths.append(len(slots))
+        return out[:, :n]
 
     def set_features(self, slots, hidden: torch.Tensor) -> None:
         self.features[:, torch.as_tensor(slots, dtype=torch.long)] = hidden.to(self.features.dtype)
@@ -71,15 +91,11 @@ class HeadRunner:
         predicted feature after the root ``[B, 1, dim]`` and the draft distribution of ``root + 1``."""
         last = self.target.n_cond + root - 1
         slots = torch.arange(self.done, last + 1)
-        mask = torch.arange(last + 1)[None, :] <= slots[:, None]
+        device = self.target.device
+        mask = torch.arange(last + 1, device=device)[None, :] <= slots.to(device)[:, None]
         self.cache.written[self.n_main :] = False  # the last round's tree
         self.used = 0
-        predicted = self.head(
-            self.target.model, self.features[:, slots], self._inputs_after(slots, seq),
-            slots.to(self.target.device), mask.to(self.target.device), self.cache,
-        )  # fmt: skip
-        self.nfe += 1
-        self.widths.append(len(slots))
+        predicted = self._run(self.features[:, slots], self._inputs_after(slots, seq), slots, mask)
         self.done = last + 1
         return predicted[:, -1:], self._probs(predicted[:, -1:])[0]
 
@@ -91,17 +107,13 @@ class HeadRunner:
         predicted feature ``[B, F, dim]`` and draft distribution ``[F, V]``."""
         n_cond, count = self.target.n_cond, len(tokens)
         slots = self.n_main + self.used + torch.arange(count)
-        mask = torch.zeros(count, self.n_main + self.used + count, dtype=torch.bool)
+        mask = torch.zeros(count, self.n_main + self.used + count, dtype=torch.bool, device=self.target.device)
         mask[:, : n_cond + root] = True  # the condition and the head's committed slots up to the root step
-        mask[:, self.n_main :] = ancestors
+        mask[:, self.n_main :] = ancestors.to(self.target.device)
         embedded = self.target.model.embed_tokens(torch.as_tensor(tokens).to(self.target.device))
-        predicted = self.head(
-            self.target.model, parent_features, embedded[None].expand(parent_features.shape[0], -1, -1),
-            slots.to(self.target.device), mask.to(self.target.device), self.cache,
-            pe_slots=(n_cond + torch.as_tensor(positions) - 1).to(self.target.device),
-        )  # fmt: skip
-        self.nfe += 1
-        self.widths.append(count)
+        inputs = embedded[None].expand(parent_features.shape[0], -1, -1)
+        pe_slots = n_cond + torch.as_tensor(positions) - 1
+        predicted = self._run(parent_features, inputs, slots, mask, pe_slots)
         self.used += count
         return predicted, self._probs(predicted)
 

@@ -155,14 +155,17 @@ class KVCache:
 
     def admit(self, slots: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Mark ``slots`` written by the pass about to run and return its ``mask [Q, S']`` limited to
-        written slots; ``ValueError`` without a mask or unless every query sees its own slot."""
+        written slots; ``ValueError`` without a mask or (on a CPU) unless every query sees its own
+        slot. On an accelerator that check would stop the host every pass: the runner's masks are
+        built to pass it, which the CPU tests check."""
         if mask is None:
             raise ValueError("a cached forward needs an explicit [Q, S] attention mask")
         self.written[slots] = True
         mask = mask & self.written[: mask.shape[1]]
-        own = mask[torch.arange(len(slots), device=mask.device), slots.clamp(max=mask.shape[1] - 1)]
-        if not bool(own.all()) or int(slots.max()) >= mask.shape[1]:
-            raise ValueError("every query must see its own slot")
+        if mask.device.type == "cpu":
+            own = mask[torch.arange(len(slots)), slots.clamp(max=mask.shape[1] - 1)]
+            if not bool(own.all()) or int(slots.max()) >= mask.shape[1]:
+                raise ValueError("every query must see its own slot")
         return mask
 
 

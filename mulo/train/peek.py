@@ -70,7 +70,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", choices=list(RECIPES), default="twemoji")
     parser.add_argument("--run-dir", type=Path, help="the run folder (default runs/FAMILY)")
-    parser.add_argument("--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji)")
+    parser.add_argument(
+        "--cache", type=Path, help="data cache (default ~/.cache/mulo/styles for emoji, else ~/.cache/mulo/twemoji)"
+    )
     parser.add_argument("--prompts", type=int, default=24, help="evaluation prompts (default 24)")
     args = parser.parse_args(argv)
     if args.prompts < 1:
