@@ -17,7 +17,7 @@ from pathlib import Path
 from mulo import families
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
 from mulo.config import flags, knob_table
-from mulo.families import DEFAULT_FAMILY
+from mulo.families import DEFAULT_FAMILY, DTYPES, resolve_dtype
 
 log = logging.getLogger("mulo")
 
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--method", default="mulo", help=_method_help())
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--device", default="cpu")
+    gen.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (auto: bfloat16 on CUDA)")
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="speed and quality of every method, side by side (the paper's table)")
     be.add_argument("--family", default=DEFAULT_FAMILY)
     be.add_argument("--device", default="cpu")
+    be.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (auto: bfloat16 on CUDA)")
     be.add_argument("--quick", action="store_true", help="2 prompts, 9 methods: ~4 min on 2 CPU cores")
     be.add_argument(
         "--prompts",
@@ -98,7 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument(
         "--profile-ar-dtok",
         action="store_true",
-        help="only profile a Tar-sized AR-DTok (random weights): one step vs one verification pass (GPU)",
+        help="only profile a Tar-sized AR-DTok (random weights) and --family's target (--family none: "
+        "not): one step, eager and CUDA-graphed, vs one verification pass and vs the step's bandwidth floor",
+    )
+    be.add_argument(
+        "--profile-preset",
+        default="llama-abs-LP",
+        help="with --profile-ar-dtok: the AR-DTok size (default Tar's llama-abs-LP; test-tiny: rehearsals)",
+    )
+    be.add_argument(
+        "--profile-sides", default="32,64", help="with --profile-ar-dtok: grid sides, comma-separated (default 32,64)"
     )
     dl = sub.add_parser("download", help="fetch a family's weights into the Hugging Face cache (tar)")
     dl.add_argument("family", choices=["tar"])
@@ -120,6 +131,8 @@ def _bench_labels() -> tuple[list[str], list[str]]:
 def cmd_bench(args) -> int:
     if args.profile_ar_dtok:
         return cmd_profile(args)
+    if args.family == "none":
+        raise UsageError("--family none is for --profile-ar-dtok alone")
     from mulo.families import check_available
 
     check_available(args.family)
@@ -141,7 +154,7 @@ def cmd_bench(args) -> int:
     unknown = sorted(set(labels or []) - set(SPECS))
     if unknown:
         raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(SPECS)}")
-    engine = Engine(load_family(args.family, args.device))
+    engine = Engine(load_family(args.family, args.device, args.dtype))
     result = bench.run(engine, quick=args.quick, n_prompts=args.prompts, labels=labels)
     bench.save(result, args.out, args.json)
     print(bench.markdown(result))
@@ -159,25 +172,57 @@ def cmd_profile(args) -> int:
     check_device(args.device)
     if args.out:
         check_output_dir("--out", args.out)
+    if args.json:
+        check_output_file("--json", args.json)
 
     import torch
 
-    from mulo.eval.profile import profile
+    from mulo.eval import profile
+    from mulo.families import check_available, load_family
 
-    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    rows = profile(device=args.device, dtype=dtype)
+    dtype = resolve_dtype(args.dtype, args.device)
+    device = torch.device(args.device)
+    bytes_per_s = profile.bandwidth(device, 1024 if device.type == "cuda" else 256)
+    try:
+        sides = tuple(int(side) for side in args.profile_sides.split(","))
+    except ValueError:
+        raise UsageError(f"--profile-sides must be grid sides such as 32,64 (got {args.profile_sides!r})") from None
+    if not sides or min(sides) < 2 or max(sides) > 128:
+        raise UsageError(f"--profile-sides must be between 2 and 128 (got {args.profile_sides!r})")
+    rows = profile.profile(args.profile_preset, sides, device=device, dtype=dtype)
+    rows = profile.add_floor(rows, bytes_per_s)
+    result = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype).replace("torch.", ""),
+        "bandwidth_GBps": bytes_per_s / 1e9,
+        "ar_dtok": rows,
+    }
     for r in rows:
-        print(
-            f"{r['side']}x{r['side']} tokens: step {r['step_s'] * 1000:.2f} ms, "
-            f"verification pass {r['verify_s'] * 1000:.2f} ms, ratio {r['ratio']:.1f}"
-        )
+        print(f"AR-DTok {r['side']}x{r['side']}: {_profile_line(r)}")
+    if args.family != "none":  # the family's own target at its own shapes (batch 1: its defaults use no CFG)
+        check_available(args.family)
+        family = load_family(args.family, args.device, args.dtype)
+        cond = family.condition("grinning face", 0)[None]
+        if family.defaults.get("cfg", 1.0) != 1.0:
+            cond = torch.cat([cond, family.target.null_condition(cond)])
+        (row,) = profile.add_floor([profile.profile_model(family.target, cond)], bytes_per_s)
+        result["family"] = {"name": args.family, **row}
+        print(f"{args.family} target: {_profile_line(row)}")
+    text = json.dumps(result, indent=1)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        meta = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device}
-        (args.out / "ar_dtok_profile.json").write_text(
-            json.dumps({**meta, "dtype": str(dtype), "rows": rows}, indent=1)
-        )
+        (args.out / "ar_dtok_profile.json").write_text(text)
+    if args.json:
+        args.json.write_text(text)
     return 0
+
+
+def _profile_line(r: dict) -> str:
+    graphed = f", graphed {r['step_graphed_s'] * 1e3:.3f} ms ({r['graph_speedup']:.1f}x)" if "step_graphed_s" in r else ""
+    return (
+        f"step {r['step_s'] * 1e3:.3f} ms{graphed}, floor {r['floor_s'] * 1e3:.3f} ms "
+        f"(best {r['over_floor']:.1f}x it), verification pass {r['verify_s'] * 1e3:.2f} ms, ratio {r['ratio']:.1f}"
+    )
 
 
 def cmd_download(args) -> int:
@@ -219,7 +264,7 @@ def cmd_generate(args) -> int:
     from mulo.families import load_family
 
     knobs = {k.key: getattr(args, k.key) for k in knob_table() if getattr(args, k.key) is not None}
-    engine = Engine(load_family(args.family, args.device))
+    engine = Engine(load_family(args.family, args.device, args.dtype))
     result = engine.generate(args.prompt, args.method, args.seed, knobs)
     summary = result.trace.summary()
     if result.trace.condition_text:

@@ -45,11 +45,13 @@ def versions() -> dict[str, str]:
 
 
 class Engine:
-    def __init__(self, family, fixed_shapes: bool | None = None):
+    def __init__(self, family, fixed_shapes: bool | None = None, graphs: str = "auto"):
         """``fixed_shapes``: every forward pass in a few fixed shapes (``mulo.runner``); None picks
-        them on an accelerator and exact shapes on a CPU, where padding only costs."""
+        them on an accelerator and exact shapes on a CPU, where padding only costs. ``graphs``:
+        fixed-shape passes replayed from CUDA graphs (``mulo.graphs``; ``auto``: on CUDA)."""
         self.family = family
         self.fixed_shapes = fixed_shapes
+        self.graphs = graphs
         self.lock = threading.Lock()
 
     def make_config(self, config: GenerationConfig | dict | None = None) -> GenerationConfig:
@@ -87,7 +89,8 @@ class Engine:
             alias = fam.alias(prompt) if knobs.aliases else None
             with timer.phase("condition"):  # Tar: the LLM's semantic tokens + TA-Tok decoding
                 cond = fam.condition(alias or prompt, seed)
-            ctx = DecodeContext(fam, cond, knobs, torch.Generator().manual_seed(seed), timer, self.fixed_shapes)
+            generator = torch.Generator().manual_seed(seed)
+            ctx = DecodeContext(fam, cond, knobs, generator, timer, self.fixed_shapes, self.graphs)
             rounds: list[Round] = []
             paused = [0.0]  # seconds the consumer held the generator between rounds
             tokens = yield from _collect(methods.get(method).generate(ctx), rounds, paused)
@@ -112,6 +115,7 @@ class Engine:
                 warnings=warnings,
                 condition_text=alias,
                 chain=methods.get(method).chain,
+                execution=ctx.execution(),
             )
             return Result(tokens, image, trace, ctx.pass_widths())
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from mulo.graphs import PassGraphs
 from mulo.models.gpt import GPT, KVCache
 from mulo.sampling import cfg_combine, logits_to_probs
 
@@ -42,6 +43,7 @@ class ModelRunner:
         refresh: bool = True,
         scratch: int = 0,
         fixed_shapes: bool | None = None,
+        graphs: str = "auto",
     ):
         self.model = model
         self.guidance = guidance
@@ -49,6 +51,8 @@ class ModelRunner:
         self.refresh = refresh
         param = next(model.parameters())
         cond = cond.to(param.device)[None]
+        if cond.is_floating_point():  # features (not token ids): in the model's dtype (bf16 on a GPU)
+            cond = cond.to(param.dtype)
         batch = torch.cat([cond, model.null_condition(cond)]) if guidance != 1 else cond
         with torch.no_grad():
             self.cond_embeddings = model.embed_condition(batch)  # [B, T, dim]
@@ -65,6 +69,7 @@ class ModelRunner:
         n_slots = self.n_main + scratch + int(self.fixed_shapes)
         self.cache = KVCache(model.config, batch.shape[0], param.device, param.dtype, n_slots)
         self.junk = n_slots - 1 if self.fixed_shapes else None
+        self.graphs = _graphs(graphs, self.fixed_shapes, model, self.cache)
         self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
         self._stale_from = self.n_image
         self._final_context = torch.zeros(self.n_image, dtype=torch.bool)
@@ -115,16 +120,31 @@ class ModelRunner:
             mask, pad = pad_mask(mask, self.cache.n_slots, self.junk), query_bucket(n) - n
             tokens, pe_slots = pad_rows(tokens, pad, 0), pad_rows(pe_slots, pad, self.n_cond)
             cache_slots = pad_rows(cache_slots, pad, self.junk)
-        embeddings = self.model.embed_tokens(tokens.to(self.device))[None]
-        embeddings = embeddings.expand(self.cache.k.shape[1], -1, -1)
-        hidden = self.model.forward_hidden(
-            embeddings, cache_slots.to(self.device), mask, self.cache, pe_slots.to(self.device)
-        )[:, :n]
+        graphed = None if self.graphs is None else self.graphs(tokens, pe_slots, cache_slots, mask)
+        if graphed is not None:
+            hidden, logits = graphed[0][:, :n], graphed[1][:, :n]
+        else:
+            embeddings = self.model.embed_tokens(tokens.to(self.device))[None]
+            embeddings = embeddings.expand(self.cache.k.shape[1], -1, -1)
+            hidden = self.model.forward_hidden(
+                embeddings, cache_slots.to(self.device), mask, self.cache, pe_slots.to(self.device)
+            )[:, :n]
+            logits = self.model.output(hidden).float()
         self.nfe += 1
-        self.widths.append(embeddings.shape[1])  # padding included: what the pass computed
+        self.widths.append(len(tokens))  # padding included: what the pass computed
         if slots is None:
             self._fed[positions] = tokens[:n]
-        return self._guided(self.model.output(hidden).float()), hidden
+        return self._guided(logits), hidden
+
+    @property
+    def graph_state(self) -> str:
+        """How this runner's passes ran: ``eager``, ``graphs`` (CUDA graphs), ``emulated graphs``
+        (the static-buffer path run eagerly: CPU tests), or ``eager (fallback: why)``."""
+        if self.graphs is None:
+            return "eager"
+        if self.graphs.fallback:
+            return f"eager (fallback: {self.graphs.fallback})"
+        return "graphs" if self.graphs.mode == "cuda" else "emulated graphs"
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The distribution this request samples from (temperature, top-k, top-p)."""
@@ -277,6 +297,23 @@ class ModelRunner:
         if self._stale_from <= last:  # slots up to ``last`` were just re-encoded in order
             self._stale_from = last + 1
         return logits, positions
+
+
+GRAPH_MODES = ("auto", "off", "cuda", "emulate")
+
+
+def _graphs(mode: str, fixed_shapes: bool, model: GPT, cache: KVCache) -> PassGraphs | None:
+    """The runner's graphed passes: ``auto`` = CUDA graphs on a CUDA device with fixed shapes;
+    ``off``; ``cuda``; ``emulate`` (their static-buffer path, run eagerly; CPU tests)."""
+    if mode not in GRAPH_MODES:
+        raise ValueError(f"graphs must be one of {GRAPH_MODES} (got {mode!r})")
+    if mode == "auto":
+        mode = "cuda" if cache.k.device.type == "cuda" and fixed_shapes else "off"
+    if mode == "off":
+        return None
+    if not fixed_shapes:
+        raise ValueError("graphed passes need fixed shapes (every pass at a query bucket over the whole cache)")
+    return PassGraphs(model, cache, mode)
 
 
 def query_bucket(n: int) -> int:

@@ -120,6 +120,9 @@ class Trace:
     # The method verifies a left-to-right chain of drafts (its registry entry's ``chain``), recorded
     # so a trace reads its own summary without the method registry, which sits above it.
     chain: bool = False
+    # How the forward passes ran, per role: "eager", "graphs" (CUDA graphs), or "eager (fallback: why)"
+    # when a capture failed ("target: graphs; drafter: eager" when roles differ).
+    execution: str = "eager"
 
     # -- summary metrics --------------------------------------------------------------------
     def summary(self) -> dict:
@@ -185,6 +188,7 @@ class Trace:
             "warnings": list(self.warnings),
             "condition_text": self.condition_text,
             "chain": self.chain,
+            "execution": self.execution,
         }
 
     @classmethod

@@ -199,6 +199,7 @@ TRACE_SCHEMA = {
         "warnings": {"type": "array", "maxItems": MAX_ITEMS, "items": _TEXT},
         "condition_text": {"type": ["string", "null"], "maxLength": MAX_TEXT},
         "chain": {"type": "boolean"},
+        "execution": {"type": "string", "maxLength": MAX_TEXT},
     },
 }
 
@@ -416,7 +417,7 @@ def parse(data: dict, vocab_size: int | None = None, methods: Iterable[str] | No
             message = exc.message if len(exc.message) < 200 else exc.message[:200] + "..."
         raise TraceError(f"not a trace: {message} (at {where})") from None
     bounds = Bounds(tuple(grid), min(vocab_size or MAX_VOCAB, MAX_VOCAB))
-    for name in ("prompt", "family", "device", "dtype", "condition_text"):
+    for name in ("prompt", "family", "device", "dtype", "condition_text", "execution"):
         if isinstance(data.get(name), str):
             _text(data[name], name)
     for i, warning in enumerate(data.get("warnings", [])):
@@ -447,4 +448,5 @@ def parse(data: dict, vocab_size: int | None = None, methods: Iterable[str] | No
         warnings=list(data.get("warnings", [])),
         condition_text=data.get("condition_text"),
         chain=data.get("chain", data["method"] in CHAIN_METHODS_BEFORE_THE_FIELD),
+        execution=data.get("execution", "eager"),  # traces from before graphed passes: all eager
     )

@@ -51,6 +51,16 @@ def test_an_alias_renders_its_parent_flipped():
     assert styles.icon_svg(icons, "missing") is None
 
 
+def test_a_tall_icon_renders_square_and_centred():
+    """Fluent draws some emoji 32x33 and Twemoji one flag 36x25.22: every render must still be
+    px x px (the data set stacks them), the drawing centred in it."""
+    tall = {"icons": {"bar": {"body": '<rect x="0" y="0" width="16" height="32" fill="#f00"/>'}}, "width": 16, "height": 32}
+    image = styles.render_at(styles.icon_svg(tall, "bar"), 32)
+    assert image.shape == (32, 32, 3)
+    red = (image[..., 0] > 200) & (image[..., 1] < 60)
+    assert red[:, 9:23].all() and not red[:, :7].any() and not red[:, 25:].any()  # centred: 8 px each side
+
+
 def test_a_package_whose_licence_differs_from_the_recorded_one_is_refused(tmp_path):
     tarball = iconify_tarball(tmp_path / "a.tgz", {"i": {"body": SQUARE}}, {"1f34e": "i"}, licence="CC-BY-NC-4.0")
     _, _, info = styles.read_iconify(tarball)
@@ -116,3 +126,27 @@ def test_the_recorded_styles_are_pinned_and_openly_licensed():
     assert {s.licence for s in styles.STYLES} <= allowed
     assert all("@" in s.package[1:] and s.integrity.startswith("sha512-") for s in styles.STYLES)
     assert len(set(styles.STYLE_WORDS)) == len(styles.STYLES) and all(w.isalnum() for w in styles.STYLE_WORDS)
+
+
+def test_a_render_that_panics_at_a_small_size_is_drawn_larger_and_reduced(monkeypatch):
+    """resvg 0.48 panics (pyo3's PanicException, a BaseException) on one Fluent filter at 16 px."""
+    import resvg_py
+
+    from mulo.train import data as data_mod
+
+    real = resvg_py.svg_to_bytes
+
+    class Panic(BaseException):
+        pass
+
+    def panicky(**kwargs):
+        if kwargs["width"] < 32:
+            raise Panic("index out of bounds")
+        return real(**kwargs)
+
+    monkeypatch.setattr(resvg_py, "svg_to_bytes", panicky)
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">{SQUARE}</svg>'.encode()
+    image = data_mod.render_svg(svg, 16)
+    assert image.shape == (16, 16, 3)
+    red = (image[..., 0] > 200) & (image[..., 1] < 60)
+    assert red[:, :7].all() and not red[:, 9:].any()

@@ -81,10 +81,30 @@ def check_available(name: str) -> None:
     get(name).check_available()
 
 
-def load_family(name: str, device: str = "cpu"):
+DTYPES = ("auto", "float32", "bfloat16")
+
+
+def resolve_dtype(dtype: str, device: str):
+    """The torch dtype ``dtype`` names: ``auto`` is bfloat16 on CUDA (a step there is memory-bound)
+    and float32 elsewhere (a CPU's bf16 matrix products are slower than its fp32 ones)."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    if dtype == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    return getattr(torch, dtype)
+
+
+def load_family(name: str, device: str = "cpu", dtype: str = "auto"):
     """Load a family onto ``device``; raises ValueError (unknown name) or FileNotFoundError
-    (weights missing; for ``tar`` the message lists the files and the download command)."""
-    return get(name).load(device)
+    (weights missing; for ``tar`` the message lists the files and the download command). Our
+    families' AR models go to ``dtype`` (``resolve_dtype``); ``tar`` picks its own unless one is named."""
+    spec = get(name)
+    family = spec.load(device)
+    if spec.module != "mulo.families.tar" or dtype != "auto":
+        family.to(device, resolve_dtype(dtype, device))
+    return family
 
 
 # The app's and the CLI's family: the 32x32 one, at the geometry of Tar's 512 px setting (issue 19).

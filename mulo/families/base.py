@@ -120,11 +120,15 @@ class Family:
             self._pixel[r] = PixelUpsampler(self.vq, r)
         return self._pixel[r]
 
-    def to(self, device) -> Family:
-        models = [self.target, self.draft_model, self.eagle_head, *self.drafters.values(), *self.upsamplers.values()]
-        for model in models:
+    def to(self, device, dtype: torch.dtype | None = None) -> Family:
+        """Every model onto ``device``; the AR models and the EAGLE head also to ``dtype`` (bf16 on
+        a GPU: their steps are memory-bound). The tokenizer and up-samplers stay float32."""
+        ar_models = [self.target, self.draft_model, self.eagle_head, *self.drafters.values()]
+        for model in ar_models:
             if model is not None:
-                model.to(device)
+                model.to(device=device, dtype=dtype)
+        for model in self.upsamplers.values():
+            model.to(device)
         self.vq.model.to(device)
         self._neighbours = NeighbourTable(self.vq.codebook)
         return self

@@ -27,6 +27,7 @@ class DecodeContext:
     generator: torch.Generator
     timer: PhaseTimer
     fixed_shapes: bool | None = None  # runners' pass shapes (``mulo.runner``): None = by device
+    graphs: str = "auto"  # runners' graphed passes (``mulo.runner.GRAPH_MODES``)
     runners: dict[str, list[ModelRunner]] = field(default_factory=lambda: {"target": [], "drafter": []})
     _last: tuple[dict, dict] = field(default_factory=lambda: ({}, {"target": 0, "drafter": 0}))
     _rounds: int = 0
@@ -44,7 +45,7 @@ class DecodeContext:
         ``scratch`` extra cache slots hold draft-tree nodes (EAGLE-2)."""
         c = self.config
         sampling = (c.guidance, c.temperature, c.top_k, c.top_p)
-        runner = ModelRunner(model, self.cond, *sampling, refresh, scratch, self.fixed_shapes)
+        runner = ModelRunner(model, self.cond, *sampling, refresh, scratch, self.fixed_shapes, self.graphs)
         self.runners[role].append(runner)
         return runner
 
@@ -59,6 +60,14 @@ class DecodeContext:
 
     def nfe(self) -> dict[str, int]:
         return {role: sum(r.nfe for r in runners) for role, runners in self.runners.items()}
+
+    def execution(self) -> str:
+        """How the runners' passes ran (``ModelRunner.graph_state``), per role where roles differ."""
+        states = {role: sorted({r.graph_state for r in runners}) for role, runners in self.runners.items() if runners}
+        distinct = {s for values in states.values() for s in values}
+        if len(distinct) == 1:
+            return distinct.pop()
+        return "; ".join(f"{role}: {', '.join(values)}" for role, values in states.items())
 
     def pass_widths(self) -> dict[str, list[int]]:
         """Per role, the number of tokens each forward pass fed (the prefill's: the condition)."""

@@ -34,6 +34,8 @@ class HeadRunner:
     """The draft head bound to one request: its KV cache over the target's slot layout (plus
     scratch slots for tree nodes), the target's per-branch features by slot, a pass count."""
 
+    graph_state = "eager"  # the head's passes are not graphed (their widths vary with each tree)
+
     def __init__(self, head, target_runner, scratch: int):
         self.head, self.target = head, target_runner
         model = target_runner.model

@@ -134,11 +134,11 @@ class RowFill:
         logits = torch.empty(len(targets), runner.vocab_size)
         first = targets == 0
         if bool(first.any()):
-            logits[first] = runner.first_logits
+            logits[first] = runner.first_logits.cpu()
         inputs = targets[~first] - 1
         if len(inputs):
             tokens = proxy_inputs(seq, inputs, seq >= 0, width)
-            logits[~first] = runner.feed_refreshing(inputs, tokens, seq)
+            logits[~first] = runner.feed_refreshing(inputs, tokens, seq).cpu()
         seq[targets] = self.draw(runner.probs(logits))
         for i in rows:
             self.done[i] += 1

@@ -160,7 +160,7 @@ class KVCache:
         built to pass it, which the CPU tests check."""
         if mask is None:
             raise ValueError("a cached forward needs an explicit [Q, S] attention mask")
-        self.written[slots] = True
+        self.written.index_fill_(0, slots, True)  # no host tensor: a CUDA graph can capture it
         mask = mask & self.written[: mask.shape[1]]
         if mask.device.type == "cpu":
             own = mask[torch.arange(len(slots)), slots.clamp(max=mask.shape[1] - 1)]

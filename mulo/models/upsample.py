@@ -87,5 +87,6 @@ class TokenUpsampler(nn.Module):
     @torch.no_grad()
     def upsample(self, low: torch.Tensor, high: torch.Tensor, rows: tuple[int, int]) -> torch.Tensor:
         a, b = rows
+        low = low.to(self.embed.weight.device)
         logits = self(low[None, :b].clamp_min(0))[0]  # rows >= b are not even given
         return logits.argmax(0)[a * self.r :]

@@ -34,6 +34,7 @@ class VQTokenizer:
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         b, h, w = tokens.shape
         dim = self.codebook.shape[1]
+        tokens = tokens.to(self.codebook.device)
         latents = self.model.quantize.get_codebook_entry(tokens.reshape(-1), (b, h, w, dim))
         pixels = self.model.decode(latents.to(self.codebook.dtype), force_not_quantize=True).sample
         return (pixels.float() * 0.5 + 0.5).clamp(0, 1)
@@ -43,7 +44,7 @@ class VQTokenizer:
         b, _, h, w = images.shape
         if h % self.downsample or w % self.downsample:
             raise ValueError(f"image size {h}x{w} is not a multiple of the VQ downsampling {self.downsample}")
-        latents = self.model.encode((images * 2 - 1).to(self.codebook.dtype)).latents
+        latents = self.model.encode((images * 2 - 1).to(self.codebook.device, self.codebook.dtype)).latents
         _, _, (_, _, indices) = self.model.quantize(latents)
         return indices.reshape(b, h // self.downsample, w // self.downsample)
 

@@ -228,7 +228,15 @@ def render_svg(svg: bytes, size: int) -> np.ndarray:
         import resvg_py
     except ImportError:
         raise RuntimeError('rendering the Twemoji SVGs needs resvg-py: pip install -e ".[train]"') from None
-    png = resvg_py.svg_to_bytes(svg_string=svg.decode("utf-8"), width=size, height=size, background="#ffffff")
+    try:
+        png = resvg_py.svg_to_bytes(svg_string=svg.decode("utf-8"), width=size, height=size, background="#ffffff")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - resvg's Rust panics arrive as pyo3's PanicException (a BaseException)
+        # resvg 0.48 panics on one Fluent filter at 16 px: drawn 4x larger, then box-filtered down
+        if size > 256:
+            raise
+        return np.asarray(Image.fromarray(render_svg(svg, size * 4)).reduce(4))
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 

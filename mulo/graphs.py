@@ -1,0 +1,99 @@
+"""Forward passes replayed from captured CUDA graphs (fixed shapes only).
+
+A fixed-shape runner (``mulo.runner``) feeds every pass at one of a few query counts (a power of
+two) over the whole cache, so each count is one graph: captured at its first use, replayed after.
+On a GPU a small model's single-token step is launch-bound (tens of kernels of microseconds
+each); a replay launches them all at once. Each graph reads static input buffers, filled before
+a replay (token ids and slots staged through pinned host memory, so the copy does not stop the
+host; the mask is built on the device and copied there), and writes static outputs that the
+caller copies out before the next replay.
+
+``mode``: ``"cuda"`` captures real graphs; ``"emulate"`` keeps the same static buffers and copies
+but runs the pass eagerly on them at each replay: how the CPU tests check the plumbing (same
+tokens as the eager path) without a GPU. A capture that fails falls back to eager passes for the
+rest of the request, and the reason is kept (``fallback``) for the trace.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mulo.models.gpt import GPT, KVCache
+
+
+class _Pass:
+    """One query count's static buffers and, in ``cuda`` mode, its graph."""
+
+    def __init__(self, model: GPT, cache: KVCache, width: int, n_slots: int, device, mode: str, pool):
+        self.model, self.cache, self.mode = model, cache, mode
+        long = dict(dtype=torch.long, device=device)
+        self.ids = torch.zeros(3, width, **long)  # token ids, position-embedding slots, cache slots
+        self.mask = torch.zeros(width, n_slots, dtype=torch.bool, device=device)
+        pinned = device.type == "cuda"
+        self.staging = torch.zeros(3, width, dtype=torch.long, pin_memory=pinned)
+        self.pool = pool
+        self.graph = None
+        self.hidden = self.logits = None
+
+    def _run(self):
+        tokens, pe_slots, slots = self.ids
+        embeddings = self.model.embed_tokens(tokens)[None].expand(self.cache.k.shape[1], -1, -1)
+        hidden = self.model.forward_hidden(embeddings, slots, self.mask, self.cache, pe_slots)
+        return hidden, self.model.output(hidden).float()
+
+    def _capture(self) -> None:
+        # Warm-up on a side stream (CUDA's rule before a capture), on the real inputs: it writes
+        # the K/V the replay writes again (a pass is idempotent). Nothing runs during the capture.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._run()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=self.pool):
+            self.hidden, self.logits = self._run()
+
+    def replay(self, tokens, pe_slots, slots, mask) -> tuple[torch.Tensor, torch.Tensor]:
+        self.staging[0].copy_(tokens)
+        self.staging[1].copy_(pe_slots)
+        self.staging[2].copy_(slots)
+        self.ids.copy_(self.staging, non_blocking=True)
+        self.mask.copy_(mask)
+        if self.mode == "emulate":
+            self.hidden, self.logits = self._run()
+            return self.hidden, self.logits
+        if self.graph is None:
+            self._capture()
+        self.graph.replay()
+        return self.hidden, self.logits
+
+
+class PassGraphs:
+    """The graphed passes of one runner (one request's model, cache and condition)."""
+
+    MODES = ("cuda", "emulate")
+
+    def __init__(self, model: GPT, cache: KVCache, mode: str):
+        if mode not in self.MODES:
+            raise ValueError(f"graph mode must be one of {self.MODES} (got {mode!r})")
+        self.model, self.cache, self.mode = model, cache, mode
+        self.device = cache.k.device
+        self.pool = torch.cuda.graph_pool_handle() if mode == "cuda" else None
+        self.passes: dict[int, _Pass] = {}
+        self.fallback: str | None = None  # why passes run eagerly instead (first failure)
+
+    def __call__(self, tokens, pe_slots, slots, mask):
+        """``(hidden [B, Q, dim], logits [B, Q, V] float32)`` of one fixed-shape pass (``Q`` a query
+        bucket; ``mask [Q, n_slots]`` on the device), copied out of the static outputs, or None once
+        graphs have failed (the caller runs the pass eagerly)."""
+        if self.fallback is not None:
+            return None
+        width = len(tokens)
+        if width not in self.passes:
+            self.passes[width] = _Pass(self.model, self.cache, width, mask.shape[1], self.device, self.mode, self.pool)
+        try:
+            hidden, logits = self.passes[width].replay(tokens, pe_slots, slots, mask)
+        except RuntimeError as exc:  # e.g. an op that cannot be captured: eager from here on
+            self.fallback = f"CUDA graph capture failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+            return None
+        return hidden.clone(), logits.clone()

@@ -1,0 +1,153 @@
+"""Everything the device run carries, built on this CPU beforehand (docs/device.md).
+
+    python scripts/device/prepare.py           # wheels, the styles bundle, the CPU's reference tokens
+    python scripts/device/prepare.py --slim    # then: untrack what the device run does not need
+    python scripts/device/prepare.py --unslim  # after the call: track it again (before any commit)
+
+Into ``.device/`` (git ignores it; the run tool's ``carry`` names it):
+  wheels/                 packages the device machine lacks (it reaches no registry; its own torch,
+                          transformers, safetensors and huggingface_hub serve): diffusers and its
+                          importlib-metadata, jsonschema and its three, resvg-py (training's renders)
+  styles/styles-bundle.json.xz   the emoji data's SVGs and names (~10 MB; the npm packages are ~47)
+  cpu_reference.json      every method's tokens on this CPU (eager, float32) for the GPU checks
+
+The working tree travels too, and the repository is over the run tool's 64 MiB by itself: ``--slim``
+takes the paths the device run never reads out of git's index (``SLIM``; the files stay on disk and
+.git/info/exclude hides them), so that the tree, ``.device`` and the resume point fit. ``--unslim``
+puts them back; a commit made in between would delete them, so unslim first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICE_DIR = ROOT / ".device"
+LIMIT = 64 * 2**20
+BUNDLE_MAX = 12 * 2**20  # the styles bundle measured 9.5 MB (2026-11); prepare fails above this
+# Python 3.12 on x86-64 (the device machine's); versions pinned to what was tested there.
+WHEELS = (
+    "diffusers==0.42.1",
+    "importlib-metadata==8.7.0",
+    "jsonschema==4.26.0",
+    "jsonschema-specifications==2025.9.1",
+    "referencing==0.37.0",
+    "rpds-py==2026.9.1",
+    "resvg-py==0.5.0",
+)
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+# Tracked paths the device run never reads: the second family, Tar's golden test data (its
+# tests are not GPU tests), the benchmark figures and the docs' pictures.
+SLIM = ("assets/twemoji-64", "tests/data", "benchmarks", "docs/ui.png")
+EXCLUDE = ROOT / ".git" / "info" / "exclude"
+MARK = "# device run: slimmed (scripts/device/prepare.py --unslim)"
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
+def download_wheels(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(folder)]
+    cmd += ["--python-version", "3.12", "--implementation", "cp"]
+    for platform in PLATFORMS:
+        cmd += ["--platform", platform]
+    subprocess.run(cmd + list(WHEELS), check=True)
+
+
+def write_bundle(out: Path, cache: Path | None) -> None:
+    from mulo.train import styles
+
+    styles.write_bundle(cache or Path.home() / ".cache" / "mulo" / "styles", out)
+    if out.stat().st_size > BUNDLE_MAX:
+        raise SystemExit(f"error: {out} is {out.stat().st_size / 2**20:.1f} MB, over the {BUNDLE_MAX / 2**20:.0f} planned")
+
+
+def write_reference(family: str, out: Path) -> None:
+    cmd = [sys.executable, str(ROOT / "scripts/device/gpu_checks.py"), "--family", family, "--make-reference"]
+    subprocess.run(cmd + ["--reference", str(out)], check=True, cwd=ROOT)
+
+
+def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def travelling_bytes(carried=(".device",), without=()) -> dict[str, int]:
+    """What a device call sends: tracked files (less the paths ``without``: what ``slim`` untracks),
+    untracked files git does not ignore, and the carried paths (the run tool's rule), in bytes."""
+
+    def counted(path: str) -> bool:
+        inside = lambda top: path == top or path.startswith(top.rstrip("/") + "/")  # noqa: E731
+        return bool(path) and not any(inside(top) for top in (*without, *carried))
+
+    tracked = git("ls-files", "-z").split("\0")
+    untracked = git("ls-files", "-z", "--others", "--exclude-standard").split("\0")
+    sizes = {
+        "tracked": sum(size_of(ROOT / p) for p in tracked if counted(p)),
+        "untracked": sum(size_of(ROOT / p) for p in untracked if counted(p)),
+    }
+    for path in carried:
+        sizes[path] = size_of(ROOT / path)
+    sizes["total"] = sum(sizes.values())
+    return sizes
+
+
+def slim() -> None:
+    if MARK in (EXCLUDE.read_text() if EXCLUDE.exists() else ""):
+        print("already slimmed")
+        return
+    git("rm", "-r", "-q", "--cached", *SLIM)
+    with EXCLUDE.open("a") as f:
+        f.write("\n".join([MARK, *(f"/{p}" for p in SLIM), MARK]) + "\n")
+
+
+def unslim() -> None:
+    text = EXCLUDE.read_text() if EXCLUDE.exists() else ""
+    if MARK not in text:
+        print("not slimmed")
+        return
+    before, _, rest = text.partition(MARK + "\n")
+    _, _, after = rest.partition(MARK + "\n")
+    EXCLUDE.write_text(before + after)
+    git("reset", "-q", "--", *SLIM)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", default="twemoji", help="the family the GPU checks compare (default twemoji)")
+    parser.add_argument("--cache", type=Path, help="the npm packages (default ~/.cache/mulo/styles)")
+    parser.add_argument("--out", type=Path, default=DEVICE_DIR, help="default .device")
+    parser.add_argument("--no-wheels", action="store_true", help="skip the wheels (a rehearsal: installed here)")
+    parser.add_argument("--no-bundle", action="store_true", help="skip the styles bundle (a rehearsal)")
+    parser.add_argument("--slim", action="store_true", help="only untrack what the device run does not read")
+    parser.add_argument("--unslim", action="store_true", help="only track it again")
+    args = parser.parse_args(argv)
+    if args.slim or args.unslim:
+        slim() if args.slim else unslim()
+    else:
+        if not args.no_wheels:
+            download_wheels(args.out / "wheels")
+        if not args.no_bundle:
+            write_bundle(args.out / "styles" / "styles-bundle.json.xz", args.cache)
+        write_reference(args.family, args.out / "cpu_reference.json")
+    carried = str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else str(args.out)
+    slimmed = MARK in (EXCLUDE.read_text() if EXCLUDE.exists() else "")
+    sizes = travelling_bytes((carried,), () if slimmed else SLIM)
+    print("a device call sends (MiB):", json.dumps({k: round(v / 2**20, 1) for k, v in sizes.items()}))
+    if sizes["total"] > LIMIT:
+        print(f"error: over the run tool's {LIMIT / 2**20:.0f} MiB even slimmed", file=sys.stderr)
+        return 1
+    if not slimmed:
+        print("fits once slimmed: run --slim before the device call and --unslim after it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The prepared device run (issue 49), rehearsed on this CPU: ``scripts/device/run.py --smoke`` runs
+every step a GPU call runs (checks, measurements, training stopped at its time limit, the resume
+point packed into parts that fit the files that come back) and a second call continues the
+training from those parts; ``prepare.py`` builds what the call carries within the run tool's
+64 MiB."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "device"))
+
+import prepare  # noqa: E402
+import run as device_run  # noqa: E402
+
+
+def call(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
+def test_the_step_budgets_fit_one_call_and_a_session():
+    # One call: at most 10 minutes, the tool's timeout above the run's own budget; a session: 12.
+    parser_default = 540
+    assert sum(device_run.BUDGETS.values()) < parser_default < 600
+    assert device_run.MAX_PARTS * device_run.PART_BYTES + 1 * 2**20 <= 64 * 2**20  # parts + summary + log
+    assert device_run.MAX_PARTS + 2 <= 8  # files that come back
+
+
+def test_smoke_run_checks_measures_trains_and_resumes(tmp_path):
+    first, second = tmp_path / "out1", tmp_path / "out2"
+    run_dir = tmp_path / "run"
+    common = ["scripts/device/run.py", "--smoke", "--run-dir", str(run_dir), "--resume", str(tmp_path / "none")]
+    call(*common, "--out", str(first), "--budget", "1000", "--train-budget", "20", timeout=1200)
+    summary = json.loads((first / "summary.json").read_text())
+    steps = summary["steps"]
+    assert steps["setup"]["status"] in ("nothing to install", "smoke: installed here already")
+    assert [steps[s]["status"] for s in ("checks", "measure")] == ["ok", "ok"]
+    checks = steps["checks"]["gpu_checks"]
+    assert checks["all_graphed_equal_eager"] and len(checks["rows"]) == 2 * 8  # 8 methods, 2 dtypes
+    assert all(r["execution"].count("emulated graphs") for r in checks["rows"])
+    profile = steps["measure"]["profile"]
+    assert profile["device"] == "cpu" and profile["family"]["name"] == "toy"
+    assert all(r["floor_s"] > 0 and r["over_floor"] > 0 for r in profile["ar_dtok"])
+    assert steps["measure"]["bench_quick"]["environment"]["device"] == "cpu"
+    assert steps["train"]["status"] == "stopped at its time limit"
+    assert steps["pack"]["status"] == "ok"
+    parts = sorted(first.glob("resume.tar.part*"))
+    assert parts and all(p.stat().st_size <= device_run.PART_BYTES for p in parts)
+    assert len(list(first.iterdir())) <= 8
+    done_first = [s for s in steps["train"]["stages_done"]]
+
+    # the next call, on a bare machine: only the parts survive
+    import shutil
+
+    shutil.rmtree(run_dir)
+    args = ["--resume", str(first), "--out", str(second), "--budget", "1000", "--skip", "checks,measure"]
+    call(*common[:-2], *args, "--train-budget", "30")
+    train = json.loads((second / "summary.json").read_text())["steps"]["train"]
+    assert train["resumed_from"] == [p.name for p in parts]
+    assert set(done_first) - {"tokens", "export"} <= set(train["stages_done"])  # rebuilt: not packed
+    assert not (set(done_first) - {"tokens", "export", "card"}) & set(train["stages_this_call"])
+    log = (second / "logs.txt").read_text()
+    for checkpoint in steps["train"]["checkpoints"]:  # a stage cut short goes on from its checkpoint
+        stage = checkpoint.removesuffix(".ckpt")
+        if stage not in done_first and not stage.startswith("vq_"):
+            assert f"{stage}: resuming at step" in log
+
+
+def test_resume_files_keep_outputs_and_the_running_stage_only(tmp_path):
+    def report(*stages):
+        (tmp_path / "report.json").write_text(json.dumps({s: {} for s in stages}))
+
+    for name in ("clip.pt", "clip.ckpt", "vq_32.pt", "vq_32.ckpt", "tokens.npz", "target.ckpt", "target.best"):
+        (tmp_path / name).write_bytes(b"x")
+    # mid-study: a candidate's weights are saved before its evaluation, so its checkpoint stays
+    report("data", "clip")
+    keep, running = device_run.resume_files(tmp_path)
+    assert [p.name for p in keep] == ["clip.pt", "report.json", "vq_32.pt"]
+    assert [p.name for p in running] == ["target.best", "target.ckpt", "vq_32.ckpt"]
+    # the study chose: candidates go, the target (no report entry yet) is still running
+    (tmp_path / "vq.pt").write_bytes(b"x")
+    report("data", "clip", "vq", "tokens")
+    keep, running = device_run.resume_files(tmp_path)
+    assert [p.name for p in keep] == ["clip.pt", "report.json", "vq.pt"]
+    assert [p.name for p in running] == ["target.best", "target.ckpt"]
+
+
+def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
+    out = ROOT / ".device-test"  # inside the repository, as .device is (git ignores neither: removed after)
+    try:
+        call("scripts/device/prepare.py", "--out", str(out), "--family", "toy", "--no-bundle")
+        wheels = sorted(p.name.split("-")[0].lower() for p in (out / "wheels").glob("*.whl"))
+        assert wheels == sorted(w.split("==")[0].replace("-", "_") for w in prepare.WHEELS)
+        reference = json.loads((out / "cpu_reference.json").read_text())
+        assert reference["family"] == "toy" and set(reference["tokens"]) >= {"ar", "mulo"}
+        sizes = prepare.travelling_bytes((".device-test",), without=prepare.SLIM)
+        assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
+    finally:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.parametrize("args", [["--skip", "train,bogus"], ["--budget", "100"]])
+def test_run_refuses_bad_arguments_in_one_line(tmp_path, args):
+    proc = subprocess.run(
+        [sys.executable, "scripts/device/run.py", "--smoke", "--out", str(tmp_path), *args],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert proc.returncode == 2 and "error:" in proc.stderr.strip().splitlines()[-1]
