@@ -230,6 +230,15 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
     assert all(0 <= row["adherence"] <= 1 and row["fd"] >= 0 for row in looked["methods"].values())
     # the ceiling beside them: the real images of the same prompts, the card's first two
     assert looked["real_adherence"] == metrics["methods"]["real images"]["adherence"]
+    if recipe.styles:  # issue 46's study reads the same checkpoint: losses alike and the generalisation probe
+        from mulo.train import study
+
+        studied = study.study(pipe, n_prompts=2, seeds=2)
+        assert studied["step"] == looked["step"]
+        assert studied["cpu_minutes"] == round(report["target"]["seconds"] / 60, 2)  # the finished stage's
+        assert studied["val_loss"] > 0 and studied["train_loss"] > 0 and studied["val_unseen_emoji_loss"] > 0
+        assert studied["val_over_train"] == round(studied["val_loss"] / studied["train_loss"], 3)
+        assert studied["prompts"] == 2 and studied["ar_nll"] > 0 and 1 <= studied["distinct_images"] <= 2
     (tmp_path / "target.pt").rename(tmp_path / "run" / "target.pt")
     fam = family_mod.build(family, assets)
     assert fam.grid == (px // 4, px // 4)

@@ -116,6 +116,10 @@ register(
 )  # fmt: skip
 register("twemoji-64", "trained by us, 16x16 tokens at 64 px, on a CPU", "mulo.families.twemoji", trained=True)
 register("emoji", "trained by us, 32x32 tokens in five emoji styles (issue 38)", "mulo.families.twemoji", trained=True)
+register(
+    "emoji-16", "trained by us on a CPU, 16x16 tokens at 64 px in five emoji styles (issue 46)", "mulo.families.twemoji",
+    trained=True,
+)  # fmt: skip
 register("toy", "random weights, 8x8 tokens (code paths only)", "mulo.families.toy")
 # Tar's weights come from the Hub (``python -m mulo download tar``); loading never goes online.
 register("tar", "the real Tar-1.5B at 512 px (GPU; weights from `python -m mulo download tar`)", "mulo.families.tar")

@@ -41,22 +41,23 @@ def latest_target(pipe: Pipeline) -> tuple[dict, int]:
     return state["model"], int(state["step"])
 
 
-def peek(pipe: Pipeline, n_prompts: int = 24, seed: int = 0) -> dict:
-    """{"step", "prompts", "real_adherence", "methods": {label: card metrics}} of the run's target as
-    it is now; ``real_adherence`` is the real images' own on the same prompts, the ceiling the
-    mini-CLIP sets."""
+def target_family(pipe: Pipeline) -> tuple[Family, object, int]:
+    """The run's target as it is now, in a family of its own (no drafters: AR and ZipAR need the
+    target alone), its mini-CLIP and its step."""
     weights, step = latest_target(pipe)
     clip = pipe.load_clip()
     target = GPT(pipe.recipe.gpt_config("target", pipe.codes, clip.cond_dim))
     target.load_state_dict(weights)
-    family = Family(
-        pipe.recipe.family,
-        target,
-        {},  # no drafters: AR and ZipAR need the target alone
-        VQTokenizer(pipe.load_vq()),
-        PromptConditioner(clip),
-        defaults=pipe.recipe.defaults,
-    )
+    conditioner = PromptConditioner(clip)
+    family = Family(pipe.recipe.family, target, {}, VQTokenizer(pipe.load_vq()), conditioner, defaults=pipe.recipe.defaults)
+    return family, clip, step
+
+
+def peek(pipe: Pipeline, n_prompts: int = 24, seed: int = 0) -> dict:
+    """{"step", "prompts", "real_adherence", "methods": {label: card metrics}} of the run's target as
+    it is now; ``real_adherence`` is the real images' own on the same prompts, the ceiling the
+    mini-CLIP sets."""
+    family, clip, step = target_family(pipe)
     # the first of the model card's own prompts, so a checkpoint's scores compare with the card's
     prompts = card.eval_prompts(pipe.data, pipe.budget.eval_prompts)[:n_prompts]
     quality = card.reference(pipe.data, clip, prompts)

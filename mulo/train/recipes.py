@@ -291,5 +291,34 @@ RECIPES["emoji"] = Recipe(
     styles=("twemoji", "noto", "openmoji", "fluent", "fluentcolor"),
 )
 
+# Issue 46's first study candidate (a): the multi-style data at 16x16 target tokens on 64 px renders
+# (drafters 8x8 at r = 2 and 4x4 at r = 4), sized for this 2-core CPU: one training sequence is
+# 256 tokens, a quarter of the 32x32 family's, so the whole family fits the issue's 8 CPU-hours.
+# The same target as ``emoji`` (6 layers of 256, dropout 0.1, weight decay 0.05, kept at its best
+# held-out-pair loss). Step counts are first plans, to be set by the study (held-out-pair loss
+# and AR-sample entropy per CPU-minute) before the long run.
+CPU_EMOJI_16 = replace(
+    FULL_EMOJI,
+    clip_steps=1000,
+    vq_steps=1500,
+    ar_steps=3000,
+    drafter_steps=1500,
+    draft_model_steps=1500,
+    upsampler_steps=800,
+    eagle_steps=1000,
+    validate_every=100,
+    checkpoint_every=50,  # a CPU step takes seconds: a resume point every few minutes
+    zipar_share=0.5,
+    proxy_weight=8.0,
+)
+RECIPES["emoji-16"] = replace(
+    RECIPES["emoji"],
+    family="emoji-16",
+    px=64,
+    vq_codes=(32, 64),
+    budget=CPU_EMOJI_16,
+    defaults={**DEFAULTS, "rows_per_block": 8, "radius": 2},
+)
+
 STAGES = ("data", "clip", "vq", "tokens", "target", "drafter_r2", "drafter_r4", "draft_model")
 STAGES += ("upsampler_r2", "upsampler_r4", "eagle", "export", "card")
