@@ -21,6 +21,21 @@ import torch
 from mulo.models.gpt import GPT, KVCache
 
 
+def capture(fn, pool=None):
+    """``fn()`` recorded in a CUDA graph after one warm-up run on a side stream (CUDA's rule
+    before a capture); returns ``(graph, fn's outputs)``, the outputs static (each replay
+    rewrites them). Nothing runs during the capture itself."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = fn()
+    return graph, outputs
+
+
 class _Pass:
     """One query count's static buffers and, in ``cuda`` mode, its graph."""
 
@@ -41,17 +56,6 @@ class _Pass:
         hidden = self.model.forward_hidden(embeddings, slots, self.mask, self.cache, pe_slots)
         return hidden, self.model.output(hidden).float()
 
-    def _capture(self) -> None:
-        # Warm-up on a side stream (CUDA's rule before a capture), on the real inputs: it writes
-        # the K/V the replay writes again (a pass is idempotent). Nothing runs during the capture.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._run()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=self.pool):
-            self.hidden, self.logits = self._run()
 
     def replay(self, tokens, pe_slots, slots, mask) -> tuple[torch.Tensor, torch.Tensor]:
         self.staging[0].copy_(tokens)
@@ -62,8 +66,8 @@ class _Pass:
         if self.mode == "emulate":
             self.hidden, self.logits = self._run()
             return self.hidden, self.logits
-        if self.graph is None:
-            self._capture()
+        if self.graph is None:  # the warm-up runs on the real inputs: it writes the K/V the replay writes again
+            self.graph, (self.hidden, self.logits) = capture(self._run, self.pool)
         self.graph.replay()
         return self.hidden, self.logits
 

@@ -78,8 +78,11 @@ def test_resume_files_keep_outputs_and_the_running_stage_only(tmp_path):
     def report(*stages):
         (tmp_path / "report.json").write_text(json.dumps({s: {} for s in stages}))
 
-    for name in ("clip.pt", "clip.ckpt", "vq_32.pt", "vq_32.ckpt", "tokens.npz", "target.ckpt", "target.best"):
+    import torch
+
+    for name in ("clip.pt", "clip.ckpt", "vq_32.pt", "vq_32.ckpt", "tokens.npz", "target.best"):
         (tmp_path / name).write_bytes(b"x")
+    torch.save({"model": {}, "step": 200, "best": {"step": 100}}, tmp_path / "target.ckpt")
     # mid-study: a candidate's weights are saved before its evaluation, so its checkpoint stays
     report("data", "clip")
     keep, running = device_run.resume_files(tmp_path)
@@ -91,6 +94,19 @@ def test_resume_files_keep_outputs_and_the_running_stage_only(tmp_path):
     keep, running = device_run.resume_files(tmp_path)
     assert [p.name for p in keep] == ["clip.pt", "report.json", "vq.pt"]
     assert [p.name for p in running] == ["target.best", "target.ckpt"]
+    # best weights that are the checkpoint's own are not packed twice: unpack rebuilds them
+    weights = {"w": torch.arange(3.0)}
+    torch.save({"model": weights, "step": 300, "best": {"step": 300}}, tmp_path / "target.ckpt")
+    keep, running = device_run.resume_files(tmp_path)
+    assert [p.name for p in running] == ["target.ckpt"]
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    import tarfile
+
+    with tarfile.open(parts / "resume.tar.part00", "w") as tar:
+        tar.add(tmp_path / "target.ckpt", arcname="target.ckpt")
+    device_run.unpack([parts / "resume.tar.part00"], tmp_path / "again")
+    assert torch.equal(torch.load(tmp_path / "again" / "target.best", weights_only=True)["w"], weights["w"])
 
 
 def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):

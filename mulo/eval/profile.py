@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from mulo.graphs import capture
 from mulo.models.gpt import GPT, GPTConfig, KVCache
 
 COND_LEN, COND_DIM, VOCAB = 729, 1152, 16384
@@ -40,19 +41,6 @@ def _timed(fn, device: torch.device, repeats: int) -> float:
         _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def _graphed(fn):
-    """``fn`` captured in a CUDA graph (after a warm-up on a side stream); returns its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def bandwidth(device, megabytes: int = 1024, repeats: int = 10) -> float:
@@ -105,7 +93,7 @@ def profile_model(model: GPT, cond: torch.Tensor, repeats: int = 5, graphs: bool
     row["ratio"] = row["verify_s"] / row["step_s"]
     row["step_bytes"] = step_bytes(model, batch, cond_len + n - 1)
     if graphs:
-        row["step_graphed_s"] = _timed(_graphed(step), device, repeats)
+        row["step_graphed_s"] = _timed(capture(step)[0].replay, device, repeats)
         row["graph_speedup"] = row["step_s"] / row["step_graphed_s"]
     return row
 

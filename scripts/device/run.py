@@ -11,7 +11,7 @@ one starts), all of them inside ``--budget`` seconds:
   measure   ``bench --profile-ar-dtok`` (Tar-sized AR-DTok and the default family's target: step
             eager and graphed, verification pass, bandwidth floor) and ``bench --quick``
   train     ``train FAMILY --device cuda`` from the committed resume point (``resume/FAMILY/``)
-            for the time left, then the run folder packed into parts of at most 15 MB
+            for the time left, then the run folder packed into parts of at most 9 MB
 What comes back under ``$OUT`` (at most 8 files): ``summary.json`` (every step's status, seconds
 and JSON results), ``logs.txt`` and ``resume.tar.partNN``. Put the parts in ``resume/FAMILY/``
 and commit them: the next device call (or session) continues from there.
@@ -32,8 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_DIR = ROOT / ".device"  # what prepare.py builds (git ignores it; the run tool carries it)
-PART_BYTES = 15 * 2**20
-MAX_PARTS = 4  # 8 files come back at most, 64 MiB in all: 4 parts, the summary and the log
+PART_BYTES = 9 * 2**20  # under 10 MB: the parts are committed, and Spaces refuses larger files without LFS
+MAX_PARTS = 6  # 8 files come back at most, 64 MiB in all: 6 parts, the summary and the log
 NOT_PACKED = ("tokens.npz",)  # rebuilt from the VQ and the data on the next call (~100 MB)
 # finished AR stages' weights, packed in float16 (the VQ and mini-CLIP stay exact: tokens and
 # metrics are computed from them)
@@ -190,11 +190,22 @@ def resume_files(run_dir: Path) -> tuple[list[Path], list[Path]]:
         if path.suffix in (".ckpt", ".best"):
             # a stage is done once the report records it: a VQ candidate's weights are saved before
             # its evaluation, so its checkpoint stays until then
-            if stage not in report:
+            if stage not in report and not (path.suffix == ".best" and best_is_latest(path.with_suffix(".ckpt"))):
                 running.append(path)
             continue
         keep.append(path)
     return keep, running
+
+
+def best_is_latest(checkpoint: Path) -> bool:
+    """Whether a running stage's best weights are its checkpoint's own (then ``unpack`` rebuilds
+    the ``.best`` file from the checkpoint instead of packing the same weights twice)."""
+    import torch
+
+    if not checkpoint.exists():
+        return False
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return state.get("best", {}).get("step") == state["step"]
 
 
 def half_copy(path: Path, scratch: Path) -> Path:
@@ -281,6 +292,12 @@ def unpack(parts: list[Path], run_dir: Path) -> None:
     with tarfile.open(joined) as tar:
         tar.extractall(run_dir, filter="data")
     joined.unlink()
+    import torch
+
+    for checkpoint in run_dir.glob("*.ckpt"):  # best weights left out as the checkpoint's own
+        best = checkpoint.with_suffix(".best")
+        if not best.exists() and best_is_latest(checkpoint):
+            torch.save(torch.load(checkpoint, map_location="cpu", weights_only=True)["model"], best)
 
 
 def main(argv=None) -> int:
@@ -295,9 +312,13 @@ def main(argv=None) -> int:
     parser.add_argument("--run-dir", type=Path, help="the training run folder (default runs/device-TRAIN)")
     parser.add_argument("--resume", type=Path, help="the resume point's parts (default resume/TRAIN, committed)")
     parser.add_argument("--pack-only", type=Path, metavar="RUN_DIR", help="only pack RUN_DIR's resume point into --out")
+    parser.add_argument("--unpack-only", type=Path, metavar="RUN_DIR", help="only unpack --resume's parts into RUN_DIR")
     args = parser.parse_args(argv)
-    if args.out is None:
+    if args.out is None and not args.unpack_only:
         parser.error("--out is needed where $OUT is not set")
+    if args.unpack_only:  # a committed resume point back into a run folder (``--resume``'s parts)
+        unpack(sorted((args.resume or ROOT / "resume" / args.train).glob("resume.tar.part*")), args.unpack_only)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if args.pack_only:  # a CPU run's resume point, to commit (resume/FAMILY/), as a device call packs one
         run = Run(args.out, 60, smoke=True)
