@@ -1,5 +1,7 @@
-"""Regenerate docs/ui.png: the app in Debian's Chromium, "grinning face", seed 0, the default
-family's default settings, after one Generate. ``python scripts/ui_screenshot.py [--out PATH]``."""
+"""Regenerate docs/ui.png and docs/round.png: the app in Debian's Chromium, "grinning face", seed 0,
+the default family's default settings, after one Generate: the page, and the slide figure of
+MuLo-SD's first round as the "PNG figure of this round" button exports it.
+``python scripts/ui_screenshot.py [--out PATH] [--figure PATH]``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "ui.png")
+    parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "round.png")
     parser.add_argument("--prompt", default="grinning face")
     args = parser.parse_args(argv)
     chromium = os.environ.get("CHROMIUM_PATH", shutil.which("chromium") or "/usr/bin/chromium")
@@ -38,15 +41,24 @@ def main(argv=None) -> int:
             page.locator("#prompt textarea, #prompt input").first.fill(args.prompt)
             page.locator("#seed textarea, #seed input").first.fill("0")
             page.get_by_role("button", name="Generate", exact=True).click()
-            expect(page.locator("#stats-mulo")).to_contain_text("speed-up", timeout=120_000)
+            expect(page.locator("#stats-mulo")).to_contain_text("wall-clock", timeout=120_000)
             expect(page.locator("#round-info")).to_contain_text("round 1 /", timeout=60_000)
-            page.wait_for_timeout(3000)  # the round panel's images decode
+            for key in ("ar", "mulo", "draft", "islands", "canvas", "export"):  # images load once in view
+                page.locator(f"#{key}").scroll_into_view_if_needed()
+                page.wait_for_timeout(500)
+            page.wait_for_timeout(2000)  # the round panel's images decode
             args.out.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(args.out), full_page=True)
+            # the slide figure, as "PNG figure of this round" exports it for this request's MuLo-SD run
+            from mulo.ui import handlers
+
+            views = list(handlers.RESULTS.entries.values())[-1]
+            exported = handlers.export_figure({"views": views, "order": list(views)}, "MuLo-SD", 0)
+            shutil.copyfile(exported, args.figure)
             browser.close()
     finally:
         demo.close()
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} and {args.figure}")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import gradio as gr
@@ -12,13 +13,14 @@ from PIL import Image
 
 from mulo.config import knob_table
 from mulo.trace import Trace
-from mulo.ui import handlers, viz
+from mulo.ui import figures, handlers, viz
 from mulo.ui.files import DISPLAY, example_traces
 from mulo.ui.knobs import family_knobs
 from mulo.ui.text import describe_token
 
 
 def run(prompt="red apple", seed=0, **knobs):
+    handlers.RESULTS.entries.clear()  # every request here runs its models
     updates = list(handlers.generate(prompt, seed, "toy", knobs.pop("third", "none"), **knobs))
     return updates, updates[-1]
 
@@ -32,25 +34,43 @@ def test_generate_streams_rounds_then_the_results(finished):
     updates, final = finished
     img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, files, state = final
     assert len(updates) >= 6  # one update per round of each run, then the final one
-    # while streaming, exactly one image changes per update and nothing else is re-sent
+    # while streaming, at most one image changes per update (a canvas when one was painted: the
+    # first and last round of each run at least) and nothing else is re-sent
     skip = gr.skip()
     for update in updates[:-1]:
-        assert sum(isinstance(x, str) for x in update[:3]) == 1
+        assert sum(isinstance(x, str) for x in update[:3]) <= 1
         assert all(x == skip for x in update[3:])
+    for column in range(3):
+        assert sum(isinstance(u[column], str) for u in updates[:-1]) >= 2
     for path in (img_ar, img_mulo, img_third):
         assert Image.open(path).size == (DISPLAY, DISPLAY)
-    assert "speed-up" in md_mulo and "drafts" in md_mulo and "NFE target" in md_third
+    assert "wall-clock" in md_mulo and "cost" in md_mulo and "drafts" in md_mulo and "NFE target" in md_third
+    assert "tokens differ from AR's" in md_mulo and "tokens differ" not in md_ar
+    assert "prompt match: not scored" in md_ar  # the toy family has no scorer
     traces = [Trace.from_dict(json_ar), Trace.from_dict(json_mulo)]
     assert [t.method for t in traces] == ["ar", "mulo"]
     assert traces[1].config["tau"] == 0.3
     assert len(files) == 3 and all(json.loads(Path(f).read_text())["schema"] == "mulo.trace/1" for f in files)
-    assert state["order"] == ["AR", "MuLo-SD", "zipar"]
+    assert state["order"] == ["AR", "MuLo-SD", "ZipAR"]  # the paper's names
 
 
 def test_same_request_same_images(finished):
     _, again = run(third="zipar", tau=0.3)
     for a, b in zip(finished[1][:3], again[:3], strict=True):
         assert np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
+
+
+def test_a_request_made_again_is_answered_at_once_and_priced_the_same(finished):
+    """The examples show a result at once once clicked before; the cost speed-up of identical work
+    is identical (the pass-cost table is kept), while the wall-clock one is the first run's."""
+    _, first = run(third="zipar", tau=0.3)
+    updates = list(handlers.generate("red apple", 0, "toy", "zipar", tau=0.3))
+    assert len(updates) == 1  # straight to the final update: no model ran
+    assert updates[0][3:6] == first[3:6]
+    cost = re.search(r"\*\*([0-9.]+)×\*\* cost", first[4]).group(1)
+    handlers.RESULTS.entries.clear()  # run it again for real: same passes, same prices
+    again = list(handlers.generate("red apple", 0, "toy", "zipar", tau=0.3))[-1]
+    assert re.search(r"\*\*([0-9.]+)×\*\* cost", again[4]).group(1) == cost
 
 
 @pytest.mark.parametrize(
@@ -103,17 +123,19 @@ def test_switching_family_shows_its_defaults_and_codebook_ranges():
 
 def test_rounds_scrub_and_latency(finished):
     state = finished[1][-1]
-    pick, slider, latency = handlers.after_generate(state)
+    pick, slider, latency, clicked = handlers.after_generate(state)
     trace = state["views"]["MuLo-SD"].trace
     assert pick.value == "MuLo-SD" and slider.maximum == max(1, len(trace.rounds) - 1)
-    assert latency is not None
+    assert latency is not None and clicked is None
     every_layer = ["accepted", "rejected", "reopened", "t0"]
     first = handlers.show_round(state, "MuLo-SD", 0, 0.55, every_layer)
     last = handlers.show_round(state, "MuLo-SD", len(trace.rounds) - 1, 0.55, every_layer)
-    assert len(first) == 9 and "round 1 /" in first[6]
+    assert len(first) == 10 and "round 1 /" in first[6]
     assert first[8].visible is False  # MuLo-SD's rounds have no draft tree
-    sizes = {Image.open(p).size for p in first[:6]}
+    sizes = {Image.open(p).size for p in (*first[:4], first[5])}
     assert sizes == {(DISPLAY, DISPLAY)}
+    # the round each token became final, with its colour bar, shown for a run of several rounds
+    assert first[9].visible is True and Image.open(first[4]).size[1] >= DISPLAY
     # different rounds draw different acceptance maps
     assert not np.array_equal(np.asarray(Image.open(first[1])), np.asarray(Image.open(last[1])))
     # a layer switched off disappears: no green left when only 'rejected' is drawn
@@ -130,14 +152,15 @@ def test_rounds_scrub_and_latency(finished):
 def test_a_tree_method_in_the_third_column_shows_each_rounds_draft_tree(method):
     _, final = run(third=method, tree_budget=12, tree_depth=3, tree_top_k=3)
     state = final[-1]
-    assert state["order"] == ["AR", "MuLo-SD", method]
-    trace = state["views"][method].trace
+    label = viz.method_name(method)
+    assert state["order"] == ["AR", "MuLo-SD", label]
+    trace = state["views"][label].trace
     assert trace.config["tree_budget"] == 12 and all(len(r.tree["token"]) <= 11 for r in trace.rounds)
     assert "tree nodes per round" in final[5] and "tokens per round" in final[5]
-    shown = handlers.show_round(state, method, 1, 0.55, ["accepted"])
+    shown = handlers.show_round(state, label, 1, 0.55, ["accepted"])
     assert shown[8].visible is True and "draft tree" in shown[6]
     assert shown[8].value is not None
-    exported = handlers.export_figure(state, method, 1)
+    exported = handlers.export_figure(state, label, 1)
     assert Path(exported).name.startswith(f"tree-round2-{method}") and Image.open(exported).size[0] > 600
     with pytest.raises(gr.Error, match="tree_depth must be an integer in \\[1, 16\\]"):
         run(third=method, tree_depth=40)
@@ -162,7 +185,10 @@ def test_exports_figure_and_gif(finished):
     figure = Image.open(png)
     assert figure.size[0] >= 1600  # slide resolution
     gif = Image.open(handlers.export_gif(state, "MuLo-SD"))
-    assert gif.n_frames == len(state["views"]["MuLo-SD"].trace.rounds)
+    trace = state["views"]["MuLo-SD"].trace
+    # a frame per round, and per resampling wave where a round has several
+    planned = len(figures.frame_plan(trace, list(range(len(trace.rounds)))))
+    assert gif.n_frames == min(planned, handlers.MAX_GIF_FRAMES) and planned > len(trace.rounds)
 
 
 def test_replay_a_trace_file_and_reject_other_files(finished, tmp_path):

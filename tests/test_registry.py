@@ -95,10 +95,10 @@ def test_the_app_offers_it_as_a_third_column_with_its_knobs(stripes_method):
     assert routed == {"zipar_window": 2, "cfg": 2.0}  # MuLo-SD's tau is not its knob
     demo = app.build_demo()
     dropdowns = [c for c in demo.blocks.values() if getattr(c, "label", None) == "third column"]
-    assert ["stripes", "stripes"] in [list(choice) for choice in dropdowns[0].choices]
+    assert ["Stripes", "stripes"] in [list(choice) for choice in dropdowns[0].choices]  # its name, its id
     *_, final = handlers.generate("red apple", "0", "toy", "stripes", zipar_window=2)
     stats_third = final[5]
-    assert stats_third.startswith("**") and "stripes" in stats_third
+    assert stats_third.startswith("**") and "Stripes" in stats_third
 
 
 def load(name: str, device: str = "cpu"):

@@ -16,6 +16,7 @@ All costs are relative to one single-token step of the target, so the cost of a 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import dataclass
@@ -139,6 +140,28 @@ def _head_pass(fam, cond, guidance: float, width: int):
     return run
 
 
+def pass_timer(engine, prompt: str, name: str):
+    """``(n, make)`` for one of the engine's models ("target", "drafter_r<r>", "draft_model",
+    "eagle_head"): the tokens its passes can feed at most, and ``make(width)``, a callable that
+    runs one pass of that width (``stable_seconds`` times it)."""
+    fam = engine.family
+    guidance = engine.make_config(None).guidance
+    cond = functools.cache(lambda: fam.condition(prompt, 0))  # only once a pass is timed (Tar's runs its LLM)
+    if name == "eagle_head":
+        return fam.target.config.max_seq_len // 2, lambda w: _head_pass(fam, cond(), guidance, w)
+    by_name = {
+        "target": fam.target,
+        "draft_model": fam.draft_model,
+        **{f"drafter_r{r}": m for r, m in fam.drafters.items()},
+    }
+    model = by_name[name]
+    return model.config.max_seq_len, lambda w: _runner_pass(model, cond(), guidance, w)
+
+
+def _synchronize(engine):
+    return torch.cuda.synchronize if engine.family.device.type == "cuda" else None
+
+
 @torch.no_grad()
 def measure(
     engine, prompt: str, models: list[str], steps_only: bool = False, fed: dict | None = None, max_rounds=None
@@ -147,24 +170,10 @@ def measure(
     (and the target) at every bucket, at width 1 only (``steps_only``), or at the buckets that
     price the widths each model was fed in a run (``fed``: {model: widths}). ``max_rounds`` caps
     each timing's rounds (``stable_seconds``)."""
-    fam = engine.family
-    cond = fam.condition(prompt, 0)
-    guidance = engine.make_config(None).guidance
-    sync = torch.cuda.synchronize if fam.device.type == "cuda" else None
-    by_name = {
-        "target": fam.target,
-        "draft_model": fam.draft_model,
-        **{f"drafter_r{r}": m for r, m in fam.drafters.items()},
-    }
+    sync = _synchronize(engine)
     widths, seconds, spread = {}, {}, {}
     for name in ["target", *[m for m in models if m != "target"]]:
-        if name == "eagle_head":
-            n = fam.target.config.max_seq_len // 2
-            make = lambda w: _head_pass(fam, cond, guidance, w)  # noqa: E731
-        else:
-            model = by_name[name]
-            n = model.config.max_seq_len
-            make = lambda w, model=model: _runner_pass(model, cond, guidance, w)  # noqa: E731
+        n, make = pass_timer(engine, prompt, name)
         widths[name] = [1] if steps_only else buckets(n)
         if fed is not None:
             widths[name] = priced_buckets(widths[name], fed.get(name, []))
@@ -172,3 +181,35 @@ def measure(
         seconds[name] = [t for t, _ in timed]
         spread[name] = [s for _, s in timed]
     return PassCosts(widths, seconds, spread)
+
+
+class CostTable:
+    """Pass costs kept for the life of an engine: each (model, bucket) is timed the first time a
+    request needs it and never again, so identical work is priced identically however busy the
+    machine is when it runs (the app's cost speed-up). Timing holds the engine's lock: no
+    generation shares the models meanwhile."""
+
+    def __init__(self, engine, max_rounds: int = 12):
+        self.engine, self.max_rounds = engine, max_rounds
+        self.timed: dict[str, dict[int, tuple[float, float]]] = {}  # model -> width -> (seconds, spread)
+        self.seconds_spent = 0.0  # timing, over the table's life
+
+    @torch.no_grad()
+    def costs(self, prompt: str, fed: dict[str, set[int] | list[int]]) -> PassCosts:
+        """Pass costs that price the widths ``fed`` ({model: widths}; the target always), timing
+        only the buckets not timed before."""
+        start = time.perf_counter()
+        with self.engine.lock:
+            for name in ["target", *[m for m in fed if m != "target"]]:
+                n, make = pass_timer(self.engine, prompt, name)
+                have = self.timed.setdefault(name, {})
+                for width in priced_buckets(buckets(n), fed.get(name, [])):
+                    if width not in have:
+                        have[width] = stable_seconds(make(width), _synchronize(self.engine), self.max_rounds)
+        self.seconds_spent += time.perf_counter() - start
+        kept = {name: sorted(by_width.items()) for name, by_width in self.timed.items()}
+        return PassCosts(
+            {name: [w for w, _ in rows] for name, rows in kept.items()},
+            {name: [t for _, (t, _) in rows] for name, rows in kept.items()},
+            {name: [s for _, (_, s) in rows] for name, rows in kept.items()},
+        )

@@ -105,7 +105,12 @@ def drafting_models(family) -> list[str]:
 def drafter_of(engine: Engine, label: str, overrides: dict | None = None) -> str | None:
     """Which of the family's drafting models ``label`` runs (the registry's needs): "draft_model",
     "eagle_head", "drafter_r<r>", or None."""
-    method, knobs = spec(label, overrides)
+    return drafter_model_name(engine, *spec(label, overrides))
+
+
+def drafter_model_name(engine: Engine, method: str, knobs: dict) -> str | None:
+    """Which of the family's drafting models ``method`` runs with ``knobs``: "draft_model",
+    "eagle_head", "drafter_r<r>" (the request's r), or None."""
     needs = methods.get(method).needs
     for model in ("draft_model", "eagle_head"):
         if model in needs:

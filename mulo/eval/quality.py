@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from mulo.eval.metrics import adherence, frechet_distance, image_features, prompt_index
 from mulo.models.text import words
@@ -107,3 +108,24 @@ class Quality:
         real = np.stack([self.real[k] for k in keys])
         fd = frechet_distance(image_features(self.clip, images), real) if len(keys) >= 2 else None
         return {"fd": fd, "adherence": self.adherence(images, keys)}
+
+    @torch.no_grad()
+    def prompt_rank(self, image: np.ndarray, keys: set[str]) -> int:
+        """Where the best text of ``keys``'s emoji ranks among every retrieval text for one image
+        (uint8 ``[h, w, 3]``), 1 = nearest; ``adherence`` counts an image whose rank is at most 5."""
+        x = torch.as_tensor(image)[None].permute(0, 3, 1, 2).float() / 255
+        similarity = (self.clip.embed_images(x) @ self.text_embeddings.T)[0].cpu()
+        ours = torch.tensor([key in keys for key in self.text_keys])
+        return int((similarity > similarity[ours].max()).sum()) + 1
+
+    @torch.no_grad()
+    def real_adherence(self) -> float:
+        """``adherence`` of the real images of the evaluation prompts (from their stored features):
+        what a perfect generator scores, the reference beside a generated image's score."""
+        features = torch.as_tensor(np.stack([self.real[key] for key in self.keys]))
+        device = self.clip.logit_scale.device
+        embedded = torch.nn.functional.normalize(self.clip.image.project(features.to(device)), dim=-1)
+        best = (embedded @ self.text_embeddings.T).topk(5, dim=-1).indices.cpu().tolist()
+        return float(
+            np.mean([any(self.text_keys[j] == key for j in row) for row, key in zip(best, self.keys, strict=True)])
+        )

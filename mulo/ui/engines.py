@@ -19,9 +19,34 @@ def family_choices() -> tuple[str, ...]:
     return tuple(name for name, spec in families.REGISTRY.items() if spec.shipped())
 
 
+def runnable(name: str) -> bool:
+    """Whether ``name``'s weights are on this machine (Tar's: in the Hugging Face cache; checked
+    without going online)."""
+    try:
+        families.check_available(name)
+    except (ValueError, FileNotFoundError):
+        return False
+    return True
+
+
+def menu_families() -> tuple[str, ...]:
+    """The family menu: only what runs here (a request may still name another and be told how
+    to get it)."""
+    return tuple(name for name in family_choices() if runnable(name))
+
+
 def family_info() -> str:
-    """The family menu's one-line help, from the registry's summaries."""
-    return families.described(family_choices())
+    """The family menu's help: what each listed family is, and one line on the ones that need
+    weights this machine lacks (Tar's)."""
+    listed = menu_families()
+    missing = [name for name in family_choices() if name not in listed]
+    info = families.described(listed)
+    if missing:
+        info += (
+            f"; not listed, their weights are not on this machine: {', '.join(missing)} "
+            "(`python -m mulo download NAME`, then restart the app; Tar needs a GPU)"
+        )
+    return info
 
 
 DEFAULT_FAMILY = os.environ.get("MULO_FAMILY", DEFAULT_FAMILY)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
+import threading
 import time
 
 import gradio as gr
@@ -18,17 +20,19 @@ from mulo.config import ConfigError, knob_table
 from mulo.streams import Returning
 from mulo.trace import Trace
 from mulo.tracefile import MAX_TRACE_BYTES, TraceError, parse, read_json_file
-from mulo.ui import engines, viz
+from mulo.ui import engines, figures, scoring, viz
 from mulo.ui.files import DISPLAY, EXAMPLES_DIR, example_traces, save_bytes, save_png, shown
-from mulo.ui.inputs import GenerateRequest, parse_request
+from mulo.ui.inputs import GenerateRequest, RawRadio, RawSlider, parse_request
 from mulo.ui.knobs import baselines, family_bounds, method_knobs, method_plan
 from mulo.ui.markdown import plain
 from mulo.ui.spaces_compat import gpu
 from mulo.ui.text import describe_token, replay_summary, round_info, stats_markdown
-from mulo.ui.views import RunView, replay_view, stream_view
+from mulo.ui.views import RunView, replay_view, stream_view, with_frames
+
+log = logging.getLogger(__name__)
 
 STATE_TTL_S = 3600  # a session's runs are dropped an hour after its last request (API sessions never close)
-MAX_GIF_FRAMES = 48  # a GIF of a long run shows this many rounds, evenly spaced
+MAX_GIF_FRAMES = 48  # a GIF shows at most this many rounds (or waves), evenly spaced
 
 
 # -- generation ---------------------------------------------------------------------------------
@@ -69,7 +73,8 @@ def generate_endpoint():
 
 def run_request(request: GenerateRequest, progress):
     """``generate`` on a checked request: each method's checks first (a gr.Error before any model
-    runs), then the runs' rounds as they come, then the final update."""
+    runs), then the runs' rounds as they come, then the final update. A request made before in
+    this process (an example clicked again) is answered from ``RESULTS`` at once."""
     prompt, seed, family, third, config = request.prompt, request.seed, request.family, request.third, request.knobs
     engine = engines.engine_for(family)  # loaded by parse_request (cached)
     plan = method_plan(third)
@@ -78,30 +83,92 @@ def run_request(request: GenerateRequest, progress):
             engine.check(prompt, method, seed, method_knobs(config, method))
     except ConfigError as exc:
         raise gr.Error(str(exc)) from None
+    key = RESULTS.key(family, prompt, seed, third, config)
+    views = RESULTS.get(key)
+    if views is None:
+        views = yield from stream_runs(family, prompt, seed, config, plan, progress)
+        RESULTS.put(key, views)
+    yield final_outputs(engine, prompt, seed, config, plan, views)
+
+
+def stream_runs(family, prompt, seed, config, plan, progress):
+    """Yield the columns' updates while the runs stream (a canvas only when one was painted, the
+    progress bar after every round: "MuLo-SD: round 3, 41 % of tokens"); return {label: RunView}."""
     slots = {label: i for i, (label, _) in enumerate(plan)}
     views: dict[str, RunView] = {}
     for label, view in run_methods(family, prompt, seed, config, plan):
+        if view.trace is not None:
+            view = with_frames(view, engines.engine_for(family).family)
         views[label] = view
         out = [gr.skip()] * 3
-        latest = view.latest
-        if latest is not None:
-            out[slots[label]] = save_png(shown(latest), label)
+        if view.trace is None and view.fresh:
+            out[slots[label]] = save_png(shown(view.preview), label)
         done = sum(v.trace is not None for v in views.values())
-        progress((done + 0.5) / len(plan), desc=f"{label}: round {len(view.canvases)}")
+        share = 1.0 if view.trace is not None else view.decided
+        progress(
+            (done + (0 if view.trace is not None else share)) / len(plan),
+            desc=f"{label} ({done + (view.trace is None)} of {len(plan)}): round {view.rounds_done}, "
+            f"{share:.0%} of tokens",
+        )
         yield *out, *([gr.skip()] * 7)
-    traces = {label: v.trace for label, v in views.items()}
-    base = traces["AR"]
-    stats = [stats_markdown(traces[label], base) if label in traces else "" for label in ("AR", "MuLo-SD", third)]
-    jsons = [traces[label].to_dict() if label in traces else None for label in ("AR", "MuLo-SD", third)]
+    return views
+
+
+def final_outputs(engine, prompt, seed, config, plan, views: dict[str, RunView]) -> tuple:
+    """The columns' final images and statistics (speed, cost, quality), the traces and the state."""
+    labels = [label for label, _ in plan]
+    runs = {
+        label: (views[label].trace, views[label].image, views[label].pass_widths or {}, method_knobs(config, method))
+        for label, method in plan
+    }
+    try:
+        scores = scoring.score_columns(engine, prompt, runs)
+    except RuntimeError as exc:  # a pass that cannot be timed here (ZeroGPU outside its GPU call): no scores
+        log.warning("no quality or cost scores for this request: %s", exc)
+        scores = {label: None for label in labels}
+    reference = scoring.reference_adherence(engine)
+    traces = {label: views[label].trace for label in labels}
+    columns = [*labels, None][:3]  # AR, MuLo-SD, the third column or nothing
+    stats = [
+        stats_markdown(traces[label], traces["AR"], scores[label], reference) if label else "" for label in columns
+    ]
+    jsons = [traces[label].to_dict() if label else None for label in columns[:2]]
     downloads = [
         save_bytes(json.dumps(t.to_dict()).encode(), f"trace-{t.method}-seed{seed}.json") for t in traces.values()
     ]
-    state = {"views": views, "order": [label for label, _ in plan]}
+    state = {"views": views, "order": labels}
     # fresh files for the final images: re-sending a file the browser is still fetching can break it
-    finals = [
-        save_png(shown(views[label].image), label) if label in views else None for label in ("AR", "MuLo-SD", third)
-    ]
-    yield (*finals, *stats, *jsons[:2], downloads, state)
+    finals = [save_png(shown(views[label].image), label) if label else None for label in columns]
+    return (*finals, *stats, *jsons, downloads, state)
+
+
+class ResultCache:
+    """The last few requests' finished runs, by everything that decides their tokens: a request
+    made again (an example clicked twice, a replayed demo) shows its result at once. The runs are
+    deterministic for a seed, so only the wall-clock times are those of the first run."""
+
+    def __init__(self, size: int = 12):
+        self.size, self.entries, self.lock = size, {}, threading.Lock()
+
+    @staticmethod
+    def key(family, prompt, seed, third, config) -> tuple:
+        return family, prompt, seed, third, tuple(sorted(config.items()))
+
+    def get(self, key):
+        with self.lock:
+            views = self.entries.pop(key, None)
+            if views is not None:
+                self.entries[key] = views  # most recent last
+            return views
+
+    def put(self, key, views) -> None:
+        with self.lock:
+            self.entries[key] = views
+            while len(self.entries) > self.size:
+                self.entries.pop(next(iter(self.entries)))
+
+
+RESULTS = ResultCache()
 
 
 @gpu(duration=120)
@@ -112,7 +179,7 @@ def run_methods(family: str, prompt: str, seed: int, config: dict, plan: list[tu
     Yields are numpy images and traces, so they pickle across ZeroGPU's worker boundary."""
     engine = engines.engine_for(family)
     for label, method in plan:
-        run = Returning(stream_view(engine, prompt, method, seed, method_knobs(config, method)))
+        run = Returning(stream_view(engine, prompt, method, seed, method_knobs(config, method), frames=False))
         for view in run:
             yield label, view
         yield label, run.value
@@ -120,9 +187,14 @@ def run_methods(family: str, prompt: str, seed: int, config: dict, plan: list[tu
 
 # -- the session's state (no engine, no GPU lane) -----------------------------------------------
 def _view(state, label, what: str | None = "show") -> RunView | None:
-    """The run ``label`` of the session's state. When there is none: a gr.Error saying there is
-    nothing to ``what`` yet, or None when ``what`` is None (the caller then does nothing)."""
-    view = state.get("views", {}).get(label) if state else None
+    """The run ``label`` of the session's state; the session's first run when ``label`` is not one
+    of them (a redraw queued before the run menu changed: a replay swaps every run). When there is
+    no run at all: a gr.Error saying there is nothing to ``what`` yet, or None when ``what`` is
+    None (the caller then does nothing)."""
+    views = state.get("views", {}) if isinstance(state, dict) else {}
+    view = views.get(label) if isinstance(label, str) else None
+    if view is None and views:
+        view = views.get("MuLo-SD") or next(iter(views.values()))
     if view is None and what is not None:
         raise gr.Error(f"nothing to {what} yet: generate or load a trace first")
     return view
@@ -137,42 +209,63 @@ def _round_index(index, trace: Trace) -> int:
     return min(max(0, index), len(trace.rounds) - 1)
 
 
+def round_slider(state, label) -> RawSlider:
+    """The round slider for run ``label``: its range is that run's rounds, at round 1. Every run
+    switch goes through here, so "next" and "play" never step past the shown run's last round."""
+    view = _view(state, label, None)
+    n = len(view.trace.rounds) if view is not None else 1
+    return RawSlider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1)
+
+
 def after_generate(state):
-    """Round controls for the inspected run (MuLo-SD by default) and the latency charts."""
+    """Round controls for the inspected run (MuLo-SD by default), the latency charts, and no
+    clicked token."""
     choices = (state or {}).get("order", [])
     label = "MuLo-SD" if "MuLo-SD" in choices else next(iter(choices), None)
-    n = len(_view(state, label).trace.rounds)
+    _view(state, label)
     traces = {k: v.trace for k, v in state["views"].items()}
     baseline = "AR" if "AR" in traces else None
     return (
-        gr.Radio(choices=choices, value=label),
-        gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1),
+        RawRadio(choices=choices, value=label),
+        round_slider(state, label),
         viz.latency_figure(traces, baseline, title="Latency by stage"),
+        None,
     )
 
 
-def show_round(state, label, index, opacity, layers):
+def pick_run(state, label):
+    """Another run chosen in the Rounds panel: its round range, and no clicked token."""
+    return round_slider(state, label), None
+
+
+def show_round(state, label, index, opacity, layers, clicked=None):
     view = _view(state, label)
     trace = view.trace
     index = _round_index(index, trace)
     rnd = trace.rounds[index]
     draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
     size = DISPLAY
-    token_map = viz.acceptance_map(rnd, size, layers=layers or ())
-    image_map = viz.overlay(viz.enlarge(draft, size), rnd, opacity=float(opacity), layers=layers or ())
-    islands = viz.island_colors(rnd.islands, viz.enlarge(draft, size))
-    finalized = viz.heatmap(viz.finalized_round(trace).astype(float), vmax=max(1, len(trace.rounds) - 1))
+    finalized = figures.finalized_map(trace, size)
     return (
         save_png(viz.enlarge(draft, size), "draft"),
-        save_png(token_map, "tokens"),
-        save_png(image_map, "overlay"),
-        save_png(islands, "islands"),
-        save_png(viz.enlarge(finalized, size), "finalized"),
+        save_png(token_map(rnd, layers, clicked, trace.grid), "tokens"),
+        save_png(viz.overlay(viz.enlarge(draft, size), rnd, opacity=float(opacity), layers=layers or ()), "overlay"),
+        save_png(viz.island_colors(rnd.islands, viz.enlarge(draft, size)), "islands"),
+        save_png(finalized, "finalized") if finalized is not None else None,
         save_png(viz.enlarge(view.canvases[index], size), "canvas"),
         round_info(trace, index),
         viz.timeline_figure(trace, current=index),
-        gr.Plot(viz.tree_figure(rnd, trace.grid[1]) if rnd.tree else None, visible=rnd.tree is not None),
+        gr.Plot(figures.tree_figure(rnd, trace.grid[1]) if rnd.tree else None, visible=rnd.tree is not None),
+        gr.Column(visible=finalized is not None),
     )
+
+
+def token_map(rnd, layers, clicked, grid) -> np.ndarray:
+    """The round's acceptance map on tokens, the clicked token (row, col) outlined when it is on the grid."""
+    image = viz.acceptance_map(rnd, DISPLAY, layers=layers or ())
+    if clicked is not None and 0 <= clicked[0] < grid[0] and 0 <= clicked[1] < grid[1]:
+        image = viz.outline_cell(image, clicked, grid)
+    return image
 
 
 def step_round(index, delta, state, label):
@@ -183,14 +276,15 @@ def step_round(index, delta, state, label):
 
 
 def play_rounds(state, label):
-    """Walk the slider through every round (the slider's change event redraws)."""
+    """Walk the slider through every round of the shown run (the slider's change event redraws)."""
     for i in range(len(_view(state, label, "play").trace.rounds)):
         yield i
         time.sleep(0.7)
 
 
-def token_info(state, label, index, evt: gr.SelectData):
-    """What happened to the clicked token in the whole run."""
+def token_info(state, label, index, layers, evt: gr.SelectData):
+    """What happened to the clicked token in the whole run; the map with the token outlined, and
+    the token kept (later rounds outline it too)."""
     trace = _view(state, label, "inspect").trace
     h, w = trace.grid
     cell = max(1, DISPLAY // max(h, w))  # the token map is enlarged by this factor (viz.enlarge)
@@ -199,7 +293,9 @@ def token_info(state, label, index, evt: gr.SelectData):
     except (TypeError, ValueError, OverflowError):
         raise gr.Error("click a token of the acceptance map") from None
     row, col = min(max(0, y // cell), h - 1), min(max(0, x // cell), w - 1)
-    return describe_token(trace, row, col, float(trace.config.get("tau", 0)))
+    rnd = trace.rounds[_round_index(index, trace)]
+    image = save_png(token_map(rnd, layers, (row, col), trace.grid), "tokens")
+    return describe_token(trace, row, col, float(trace.config.get("tau", 0))), image, (row, col)
 
 
 def export_figure(state, label, index):
@@ -207,10 +303,10 @@ def export_figure(state, label, index):
     index = _round_index(index, view.trace)
     rnd = view.trace.rounds[index]
     if rnd.tree is not None:  # EAGLE-2: its round is the tree it verified
-        fig = viz.tree_figure(rnd, view.trace.grid[1])
+        fig = figures.tree_figure(rnd, view.trace.grid[1])
         return save_bytes(viz.figure_png(fig), f"tree-round{index + 1}-{view.trace.method}.png")
     draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
-    fig = viz.round_layout(view.trace, index, draft, view.canvases[index])
+    fig = figures.round_layout(view.trace, index, draft, view.canvases[index])
     return save_bytes(viz.figure_png(fig), f"round{index + 1}-{view.trace.method}.png")
 
 
@@ -222,16 +318,11 @@ def gif_rounds(n_rounds: int, limit: int = MAX_GIF_FRAMES) -> list[int]:
 
 
 def export_gif(state, label):
+    """The run's rounds as a GIF: a labelled frame per round, per resampling wave where a round has several."""
     view = _view(state, label, "export")
-
-    def frames():  # drawn one at a time while the GIF is encoded
-        for i in gif_rounds(len(view.trace.rounds)):
-            rnd, draft, canvas = view.trace.rounds[i], view.drafts[i], view.canvases[i]
-            left = viz.overlay(viz.enlarge(draft if draft is not None else canvas, DISPLAY), rnd)
-            right = viz.enlarge(canvas, DISPLAY)
-            yield np.concatenate([left, np.full((left.shape[0], 8, 3), 255, np.uint8), right], 1)
-
-    return save_bytes(viz.gif(frames()), f"rounds-{view.trace.method}.gif")
+    rounds = gif_rounds(len(view.trace.rounds))
+    frames = figures.gif_frames(view.trace, view.drafts, view.canvases, rounds, DISPLAY, MAX_GIF_FRAMES)
+    return save_bytes(viz.gif(frames), f"rounds-{view.trace.method}.gif")
 
 
 # -- replay ---------------------------------------------------------------------------------------

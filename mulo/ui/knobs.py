@@ -87,10 +87,15 @@ def baselines() -> tuple[str, ...]:
     return ("none", *methods.baselines())
 
 
+def baseline_choices() -> list[tuple[str, str]]:
+    """The third column's menu: (the paper's name, method id) of each choice."""
+    return [("none", "none"), *((methods.get(name).label, name) for name in methods.baselines())]
+
+
 def method_plan(third: str) -> list[tuple[str, str]]:
     """(label, method) of the runs of one request: AR, MuLo-SD and an optional baseline."""
     plan = [("AR", "ar"), ("MuLo-SD", "mulo")]
-    return plan + ([(third, third)] if third != "none" else [])
+    return plan + ([(methods.get(third).label, third)] if third != "none" else [])
 
 
 def method_knobs(config: dict, method: str) -> dict:

@@ -12,7 +12,12 @@ from mulo.ui.markdown import plain
 
 METRICS_LEGEND = """
 **wall time**: seconds from request to decoded image on this machine (drawing excluded) ·
-**speed-up**: AR wall time / this method's wall time, same prompt, seed and settings ·
+**wall-clock speed-up**: AR wall time / this method's, same prompt, seed and settings (one request on
+a shared CPU: noisy) · **cost speed-up**: AR's forward passes / this method's, each pass priced by its
+model and width from pass timings kept since the app started (the same work always shows the same
+number) · **matches the prompt**: the family's mini-CLIP ranks the prompted emoji among its 5 nearest
+texts for this image (the benchmark's adherence) · **differ from AR's**: tokens unlike AR's image for
+the same seed ·
 **NFE**: forward passes of the target and of the drafter (a CFG pair counts once) ·
 **rounds**: draft → verify → resample blocks (AR and ZipAR: one per row of work) ·
 **acceptance**: accepted draft tokens / proposed draft tokens ·
@@ -32,27 +37,75 @@ target probability pooled over the draft token and its k nearest codebook neighb
 """
 
 
-def stats_markdown(trace: Trace, baseline: Trace | None) -> str:
+PAPER_URL = "https://arxiv.org/abs/2601.05149"
+
+
+def header(code_url: str | None) -> str:
+    """The page's title lines: what this is, the paper (title, authors, link) and the code."""
+    code = f"[code]({code_url})" if code_url else "code: the `mulo` package this app runs (MIT licence)"
+    return (
+        "# mulo: watch MuLo-SD speculative decoding draw an image, round by round\n"
+        f"Paper: [*Multi-Scale Local Speculative Decoding for Image Generation*]({PAPER_URL}), "
+        f"Elia Peruzzo, Guillaume Sautière and Amirhossein Habibian (Qualcomm AI Research), CVPR 2026 · {code}. "
+        "Plain AR decoding and MuLo-SD run on the same prompt and seed; every round of speculative "
+        "decoding is below, with what each token's verdict was."
+    )
+
+
+TOKEN_HINT = (
+    "Click a token of the verdict map to see its history. *code*: the token's index in the VQ "
+    "codebook; *wave*: within a round the target resamples every island at once in waves, one pass "
+    "each, every island advancing by a token per wave (by one in each of its rows with a ZipAR "
+    "window), so a token resampled in wave 2 saw the tokens of wave 1."
+)
+
+
+def stats_markdown(trace: Trace, baseline: Trace | None, score=None, reference: float | None = None) -> str:
+    """A column's numbers: speed (wall clock and, with ``score``, the cost speed-up), quality
+    beside it (``score``: ``mulo.ui.scoring.ColumnScore``; ``reference``: the real images' adherence)
+    and what the run did, in words."""
     s = trace.summary()
-    speedup = f"{baseline.latency_s / trace.latency_s:.2f}×" if baseline is not None and trace is not baseline else "1×"
+    is_base = baseline is None or trace is baseline
+    wall = "" if is_base else f" · **{baseline.latency_s / trace.latency_s:.2f}×** wall-clock"
+    cost = f" · **{score.cost_speedup:.2f}×** cost" if score is not None and score.cost_speedup and not is_base else ""
     c = trace.config
     lines = [
-        f"**{trace.latency_s:.2f} s** · speed-up **{speedup}** · NFE target {s['nfe']['target']}, "
+        f"**{trace.latency_s:.2f} s**{wall}{cost} · NFE target {s['nfe']['target']}, "
         f"drafter {s['nfe']['drafter']} · {s['rounds']} rounds",
+    ]
+    if score is not None:
+        lines.append(quality_line(score, reference, is_base))
+    lines += [
         verdict_sentence(s)
         + (f" · {s['mean_accepted_length']:.2f} tokens per round" if s["mean_accepted_length"] else "")
         + (f" · {s['mean_tree_size']:.1f} tree nodes per round" if s["mean_tree_size"] else ""),
-        f"<small>{trace.method} · cfg {c['cfg']} · temperature {c['temperature']} · top-k {c['top_k']} · "
-        f"top-p {c['top_p']} · seed {trace.seed}{_kv_mode(trace)} · {plain(trace.device, 64)}</small>",
+        f"<small>{plain(viz.method_name(trace.method), 64)} · cfg {c['cfg']} · temperature {c['temperature']} · "
+        f"top-k {c['top_k']} · top-p {c['top_p']} · seed {trace.seed}{_kv_mode(trace)} · "
+        f"{plain(trace.device, 64)}</small>",
     ]
     # every string below may come from a shared trace file: shown as text, never as markup
     if trace.condition_text:
         lines.append(
             f"conditioned on *{plain(trace.condition_text)}* (the emoji whose short name is *{plain(trace.prompt)}*)"
         )
+    if score is not None and score.warning:
+        lines.append(f"**Warning:** {score.warning}")
     if trace.warnings:
         lines.append(f"⚠️ {plain('; '.join(trace.warnings), 600)}")
     return "  \n".join(lines)
+
+
+def quality_line(score, reference: float | None, is_base: bool) -> str:
+    """Prompt match (the family's mini-CLIP) and the share of tokens that differ from AR's."""
+    if score.rank is None:
+        match = "prompt match: not scored (the prompt names no emoji the family's scorer knows)"
+    else:
+        verdict = "matches the prompt" if score.adherent else "does **not** match the prompt"
+        ref = f"; real images: {reference:.0%} do" if reference is not None else ""
+        match = f"{verdict} (its emoji ranks {score.rank:,} of {score.texts:,} texts, top 5 counts{ref})"
+    if is_base or score.differs_from_ar is None:
+        return match
+    return f"{match} · {score.differs_from_ar:.0%} of tokens differ from AR's"
 
 
 def verdict_sentence(s: dict) -> str:
@@ -94,7 +147,9 @@ def round_legend(counts: dict[str, int]) -> str:
         f"{swatch('accepted')} accepted, kept **{counts['accepted_kept']}** · "
         f"{swatch('accepted', '▨')} accepted, re-opened by a neighbour **{counts['accepted_reopened']}** · "
         f"{swatch('rejected', '▨')} rejected **{counts['rejected']}** · "
-        f"{swatch('reopened', '▨')} re-opened and resampled **{counts['reopened']}** · {swatch('t0')} t0"
+        f"{swatch('reopened', '▨')} re-opened and resampled **{counts['reopened']}** · {swatch('t0')} t0 "
+        f"(the round's first rejection; nothing before it is re-opened) · islands map: one colour per island "
+        f"(**{counts['islands']}**), the draft faded elsewhere"
     )
 
 
@@ -104,7 +159,8 @@ def round_info(trace: Trace, index: int) -> str:
     score = rnd.score[rnd.draft >= 0]
     counts = viz.legend_counts(rnd)
     return (
-        f"**round {index + 1} / {len(trace.rounds)}** ({plain(rnd.label, 64)}) · proposed {rnd.proposed} · accepted "
+        f"{plain(viz.method_name(trace.method), 64)} · **round {index + 1} / {len(trace.rounds)}** "
+        f"({plain(rnd.label, 64)}) · proposed {rnd.proposed} · accepted "
         f"{counts['accepted']} · rejected {counts['rejected']} · re-opened {counts['reopened']} "
         f"in {rnd.n_islands} island(s) · t0 = {_rc(rnd.t0, trace.grid)}"
         + (f" · score min/median {score.min():.3f}/{np.median(score):.3f}" if score.size and score.max() >= 0 else "")

@@ -1,14 +1,17 @@
 """A generation (or a replayed trace) with the pictures of every round, for the app and figures.
 
 ``RunView`` holds a trace plus, per round, the decoded up-sampled draft and the canvas after the
-round. ``stream_view`` drives ``Engine.stream`` and yields a ``RunView`` after every round (the
-engine excludes the time spent here from the method's latency); ``replay_view`` rebuilds the same
+round, drawn only when shown (``RoundFrames``: a VQ decode costs tens of milliseconds on a CPU,
+and AR has a round per row). ``stream_view`` drives ``Engine.stream`` and yields a ``RunView``
+after every round with a preview of the canvas at most every ``PREVIEW_EVERY_S`` (the engine
+excludes the time spent here from the method's latency); ``replay_view`` rebuilds the same
 pictures from a trace file, decoding with the family's VQ when it is loaded and colouring token
 codes otherwise (a ``tar`` trace on a machine without Tar).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +23,8 @@ from mulo.streams import Returning
 from mulo.trace import Round, Trace
 from mulo.ui import viz
 
+PREVIEW_EVERY_S = 0.4  # a streamed run repaints its canvas at most this often
+
 
 @dataclass
 class RunView:
@@ -29,10 +34,15 @@ class RunView:
     canvases: Sequence[np.ndarray] = field(default_factory=list)  # [h, w, 3] per round, undecided greyed
     image: np.ndarray | None = None  # the final image
     decoded: bool = True  # False: pictures are token-code colours (family not loaded)
+    rounds_done: int = 0  # rounds streamed so far
+    decided: float = 0.0  # share of the grid's tokens decided so far
+    preview: np.ndarray | None = None  # the canvas painted after the latest round that was painted
+    fresh: bool = False  # the preview was painted after the round just streamed
+    pass_widths: dict | None = None  # per role, the tokens each forward pass fed (the cost speed-up)
 
     @property
     def latest(self) -> np.ndarray | None:
-        return self.image if self.image is not None else (self.canvases[-1] if self.canvases else None)
+        return self.image if self.image is not None else self.preview
 
 
 class Painter:
@@ -62,24 +72,42 @@ class Painter:
         return self(np.where(rnd.draft >= 0, rnd.draft, before))
 
 
-def stream_view(engine, prompt: str, method: str, seed: int, config=None):
-    """Yield a growing ``RunView`` after each round; return the finished one."""
+def stream_view(
+    engine, prompt: str, method: str, seed: int, config=None, preview_every_s: float = PREVIEW_EVERY_S, frames=True
+):
+    """Yield a ``RunView`` after each round (its canvas repainted at most every ``preview_every_s``,
+    and after the last round); return the finished one, whose round pictures are drawn on demand
+    (``frames``; without, ``with_frames`` adds them later: a view that crosses ZeroGPU's process
+    boundary must hold arrays and traces only, not the family that draws them)."""
     painter = Painter(engine.family)
     view = RunView(None, method)
     run = Returning(engine.stream(prompt, method, seed, config))
-    before = np.full(engine.family.grid, -1, dtype=np.int64)
+    painted = -float("inf")
     for rnd in run:
-        view.drafts.append(painter.draft(rnd, before))
-        view.canvases.append(painter(rnd.tokens))
-        before = rnd.tokens
+        view.rounds_done += 1
+        view.decided = float((rnd.tokens >= 0).mean())
+        view.fresh = time.perf_counter() - painted >= preview_every_s or view.decided == 1.0
+        if view.fresh:
+            view.preview = painter(rnd.tokens)
+            painted = time.perf_counter()
         yield view
-    view.trace, view.image = run.value.trace, run.value.image
+    result = run.value
+    view.trace, view.image, view.pass_widths = result.trace, result.image, result.pass_widths
+    return with_frames(view, engine.family) if frames else view
+
+
+def with_frames(view: RunView, family) -> RunView:
+    """``view`` (finished) with its round pictures, drawn on demand with ``family``'s VQ."""
+    painter = Painter(family)
+    view.drafts = RoundFrames(view.trace, painter, "draft")
+    view.canvases = RoundFrames(view.trace, painter, "canvas")
     return view
 
 
-class ReplayFrames(Sequence):
-    """The pictures of a saved trace's rounds (``kind``: "draft" or "canvas"), drawn when asked
-    for: loading a long trace draws nothing, and only the last few pictures are kept."""
+class RoundFrames(Sequence):
+    """The pictures of a trace's rounds (``kind``: "draft" or "canvas"), drawn when asked for:
+    a finished run or a loaded trace draws nothing until a round is shown, and only the last few
+    pictures are kept."""
 
     KEEP = 8
 
@@ -111,7 +139,7 @@ def replay_view(trace: Trace, family=None) -> RunView:
     usable = family if family is not None and family.name == trace.family else None
     painter = Painter(usable, trace.grid)
     view = RunView(trace, trace.method, decoded=painter.decodes)
-    view.drafts = ReplayFrames(trace, painter, "draft")
-    view.canvases = ReplayFrames(trace, painter, "canvas")
+    view.drafts = RoundFrames(trace, painter, "draft")
+    view.canvases = RoundFrames(trace, painter, "canvas")
     view.image = painter(trace.tokens)
     return view

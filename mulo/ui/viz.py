@@ -1,9 +1,10 @@
-"""Pictures of a trace: acceptance maps, islands, finalisation heatmaps, latency charts, figures.
+"""Pictures of a trace: acceptance maps, islands, finalisation heatmaps, latency charts, GIFs.
 
 Pure numpy / PIL / matplotlib; no model and no gradio. Images are ``[h, w, 3]`` uint8 arrays,
 token-grid masks are ``[H, W]`` arrays; ``upscale`` brings a grid to an image's pixel size.
 The app, the CLI and the benchmark all draw with these functions, so a slide figure and the
-browser show the same colours.
+browser show the same colours. The figures built from these pictures (a round's slide figure,
+EAGLE-2's draft tree, the finalisation map, GIF frames) are in ``mulo.ui.figures``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from PIL import Image
 
+from mulo import methods
+from mulo.config import ConfigError
 from mulo.trace import PHASES, Round, Trace
 
 # Figures are built as plain ``Figure`` objects, never through pyplot: pyplot keeps global state,
@@ -238,130 +241,43 @@ def figure_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def round_layout(
-    trace: Trace, index: int, draft_image: np.ndarray, canvas_image: np.ndarray, size: int = 384
-) -> Figure:
-    """The slide figure of one round: up-sampled draft, acceptance map on tokens and on the image,
-    islands, canvas after the round; a legend with the colours and the round's numbers."""
-    rnd = trace.rounds[index]
-    counts = legend_counts(rnd)
-    panels = [
-        ("up-sampled draft", enlarge(draft_image, size)),
-        ("verdicts (tokens)", acceptance_map(rnd, size)),
-        ("verdicts (image)", overlay(enlarge(draft_image, size), rnd)),
-        (f"islands ({rnd.n_islands})", island_colors(rnd.islands, enlarge(draft_image, size))),
-        ("canvas after round", enlarge(canvas_image, size)),
-    ]
-    fig = Figure(figsize=(3.2 * len(panels), 4.1), dpi=150)
-    axes = fig.subplots(1, len(panels))
-    for ax, (title, img) in zip(axes, panels, strict=True):
-        ax.imshow(img, interpolation="nearest")
-        ax.set_title(title, fontsize=10)
-        ax.axis("off")
-    fig.legend(*legend_handles(counts), loc="lower center", ncols=5, fontsize=8, frameon=False)
-    s = trace.config
-    stale = "" if s.get("refresh", True) else " stale K/V"
-    fig.suptitle(
-        f'"{trace.prompt}"  seed {trace.seed}  {trace.method} r={s.get("r")} tau={s.get("tau")} k={s.get("k")} '
-        f"l={s.get('radius')}{stale} | round {index + 1}/{len(trace.rounds)} ({rnd.label}): "
-        f"{counts['proposed']} proposed, {counts['accepted']} accepted, {counts['rejected']} rejected, "
-        f"{counts['reopened']} re-opened in {counts['islands']} islands",
-        fontsize=10,
-    )
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    return fig
-
-
-def legend_handles(counts: dict[str, int]) -> tuple[list, list[str]]:
-    """Legend patches and labels with the round's counts; re-opening drawn as the stripes it is."""
-    stripes = {"hatch": "////", "edgecolor": COLORS["reopened"], "linewidth": 0}
-    entries = [
-        (Rectangle((0, 0), 1, 1, facecolor=COLORS["accepted"]), f"accepted, kept ({counts['accepted_kept']})"),
-        (
-            Rectangle((0, 0), 1, 1, facecolor=COLORS["accepted"], **stripes),
-            f"accepted, re-opened by a neighbour ({counts['accepted_reopened']})",
-        ),
-        (Rectangle((0, 0), 1, 1, facecolor=COLORS["rejected"], **stripes), f"rejected ({counts['rejected']})"),
-        (Rectangle((0, 0), 1, 1, facecolor="white", **stripes), f"re-opened, resampled ({counts['reopened']})"),
-        (Rectangle((0, 0), 1, 1, facecolor=COLORS["t0"]), "t0 (first rejection)"),
-    ]
-    return [h for h, _ in entries], [label for _, label in entries]
+def method_name(method_id: str) -> str:
+    """The paper's name of a method ("mulo" -> "MuLo-SD"); a replayed trace may name a method this
+    build does not register, which keeps its id."""
+    try:
+        return methods.get(method_id).label
+    except ConfigError:
+        return str(method_id)
 
 
 def gif(frames: Iterable[np.ndarray], seconds_per_frame: float = 0.6) -> bytes:
     """An animated GIF (looping) of equally sized RGB frames, encoded as they come (a generator
-    of frames keeps one in memory at a time)."""
+    of frames keeps one in memory at a time). Each frame gets its own 256-colour palette by the
+    fast octree (PIL's default median cut took ~15 ms a frame, most of a 48-frame GIF's time)."""
     frames = iter(frames)
-    first = Image.fromarray(next(frames))
+
+    def paletted(frame: np.ndarray) -> Image.Image:
+        return Image.fromarray(frame).quantize(256, method=Image.Quantize.FASTOCTREE)
+
+    first = paletted(next(frames))
     buf = io.BytesIO()
-    rest = (Image.fromarray(f) for f in frames)
+    rest = (paletted(f) for f in frames)
     first.save(buf, format="GIF", save_all=True, append_images=rest, duration=int(seconds_per_frame * 1000), loop=0)
     return buf.getvalue()
 
 
-def _tree_rows(parents: list[int]) -> dict[int, float]:
-    """A row for each node (-1: the root): leaves one row apart in depth-first order, parents
-    centred on their children."""
-    children: dict[int, list[int]] = {}
-    for j, p in enumerate(parents):
-        children.setdefault(p, []).append(j)
-    rows: dict[int, float] = {}
-
-    def place(node: int, next_row: list[float]) -> float:
-        kids = children.get(node, [])
-        if not kids:
-            rows[node] = next_row[0]
-            next_row[0] += 1
-        else:
-            rows[node] = float(np.mean([place(k, next_row) for k in kids]))
-        return rows[node]
-
-    place(-1, [0.0])
-    return rows
-
-
-def tree_figure(rnd: Round, grid_width: int) -> Figure:
-    """EAGLE-2's draft tree of one round: a column per position after the root, one box per
-    proposed token (its code and drafter probability), green where accepted, red where tried and
-    rejected, grey where never tried; the token drawn after the accepted path in amber."""
-    tree = rnd.tree
-    fig = Figure(figsize=(8, 3.6), dpi=150)
-    ax = fig.subplots()
-    ax.axis("off")
-    if not tree:
-        ax.text(0.5, 0.5, "no draft tree in this round (EAGLE-2 rounds have one)", ha="center", va="center")
-        return fig
-    parents, depths = tree["parent"], tree["depth"]
-    rows = _tree_rows(parents)
-    status_color = {0: COLORS["pending"], 1: COLORS["accepted"], 2: COLORS["rejected"]}
-    path = [j for j, s in enumerate(tree["status"]) if s == 1]
-    last = max(path, key=lambda j: depths[j]) if path else -1
-    for j, parent in enumerate(parents):
-        ax.plot([depths[j] - 1, depths[j]], [rows[parent], rows[j]], color="#a1a1aa", linewidth=0.6, zorder=1)
-    boxes = [(0, rows[-1], "root", "#e4e4e7")]
-    boxes += [
-        (depths[j], rows[j], f"{tree['token'][j]}\n{tree['q'][j]:.2f}", status_color[tree["status"][j]])
-        for j in range(len(parents))
-    ]
-    if tree["next"] is not None:
-        depth = depths[last] + 1 if last >= 0 else 1
-        ax.plot([depth - 1, depth], [rows[last], rows[last]], color=COLORS["reopened"], linewidth=1.2, zorder=1)
-        boxes.append((depth, rows[last], f"{tree['next']}\nnext", COLORS["reopened"]))
-    font = 6 if len(parents) > 40 else 7
-    for x, y, text, color in boxes:
-        ax.text(x, y, text, ha="center", va="center", fontsize=font, zorder=2,
-                bbox=dict(boxstyle="round,pad=0.25", facecolor=color, edgecolor="white", linewidth=0.5))  # fmt: skip
-    top = max(depths, default=0) + (1 if tree["next"] is not None else 0)
-    for d in range(1, top + 1):
-        row, col = divmod(tree["root"] + d, grid_width)
-        ax.text(d, -1.2, f"({row}, {col})", ha="center", va="center", fontsize=6, color="#52525b")
-    ax.set_xlim(-0.6, top + 0.6)
-    ax.set_ylim(max(rows.values()) + 0.8, -1.8)
-    tried = sum(s != 0 for s in tree["status"])
-    ax.set_title(
-        f"round {rnd.index}: {len(parents)} nodes, depth {max(depths, default=0)}, {tried} tried, "
-        f"{len(path)} accepted (code / drafter probability; green accepted, red rejected, grey untried)",
-        fontsize=7,
-    )
-    fig.tight_layout()
-    return fig
+def outline_cell(image: np.ndarray, cell: tuple[int, int], grid: tuple[int, int], color: str = "#111827") -> np.ndarray:
+    """``image`` (a token grid enlarged) with token ``cell`` (row, col) outlined: a dark frame two
+    pixels wide inside the cell and a white one around it, visible on every verdict colour."""
+    out = image.copy()
+    fy, fx = image.shape[0] // grid[0], image.shape[1] // grid[1]
+    top, left = cell[0] * fy, cell[1] * fx
+    w = 2  # each frame's width in pixels
+    for grow, rgb in ((0, hex_rgb(color)), (-w, np.full(3, 255.0))):  # the white frame just outside the dark one
+        y0, x0 = max(0, top + grow), max(0, left + grow)
+        y1, x1 = min(image.shape[0], top + fy - grow), min(image.shape[1], left + fx - grow)
+        ring = np.zeros(image.shape[:2], bool)
+        ring[y0:y1, x0:x1] = True
+        ring[y0 + w : y1 - w, x0 + w : x1 - w] = False
+        out[ring] = rgb.astype(np.uint8)
+    return out

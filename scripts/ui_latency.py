@@ -1,0 +1,89 @@
+"""Where the seconds go between a click on Generate and a filled Rounds panel, in Debian's Chromium.
+
+``python scripts/ui_latency.py [--family NAME] [--runs N] [--json PATH]`` serves the app in this
+process, clicks Generate for ``--runs`` seeds (each new: no cached result), and reports per click:
+the engine's own seconds (AR + MuLo-SD traces' wall time), the first canvas on screen, the final
+statistics, the filled Rounds panel, and the panel's time over the engine's. Run it with nothing
+else on the machine; a ratio is meaningful only within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default=None, help="the app's family (default: the app's default)")
+    parser.add_argument("--prompt", default="red apple")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None, help="also write the measurements here")
+    args = parser.parse_args(argv)
+    chromium = os.environ.get("CHROMIUM_PATH", shutil.which("chromium") or "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        print(f"error: no Chromium at {chromium} (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    if args.family:
+        os.environ["MULO_FAMILY"] = args.family
+    sys.path.insert(0, str(ROOT))
+    from playwright.sync_api import expect, sync_playwright
+
+    import app
+    from mulo.ui import engines, handlers
+
+    engines.engine_for(engines.DEFAULT_FAMILY)  # loaded and warmed before the first click, as `python app.py` does
+    app.warm_up()
+    demo = app.build_demo().queue(max_size=4)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=7875, quiet=True,
+                            **app.LAUNCH_KW)  # fmt: skip
+    rows = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(url)
+            page.locator("#canvas").scroll_into_view_if_needed()  # the panel's images load once in view
+            page.locator("#prompt textarea, #prompt input").first.fill(args.prompt)
+            for seed in range(1, args.runs + 1):
+                page.locator("#seed textarea, #seed input").first.fill(str(1000 + seed))
+                old = page.evaluate("() => document.querySelector('#canvas img')?.src || ''")
+                before = len(handlers.RESULTS.entries)
+                start = time.perf_counter()
+                page.locator("#generate").click()
+                page.wait_for_function("() => !!document.querySelector('#mulo img, #ar img')", timeout=120_000)
+                first_image = time.perf_counter() - start
+                expect(page.locator("#stats-mulo")).to_contain_text(f"seed {1000 + seed}", timeout=120_000)
+                stats = time.perf_counter() - start
+                page.wait_for_function("old => { const i = document.querySelector('#canvas img'); "
+                                       "return !!i && i.src !== old && i.complete && i.naturalWidth > 0; }",
+                                       arg=old, timeout=120_000)  # fmt: skip
+                panel = time.perf_counter() - start
+                if len(handlers.RESULTS.entries) <= before:
+                    raise RuntimeError("the request was answered from the cache: use new seeds")
+                views = list(handlers.RESULTS.entries.values())[-1]
+                engine_s = sum(views[label].trace.latency_s for label in ("AR", "MuLo-SD"))
+                rows.append(dict(seed=1000 + seed, engine_s=engine_s, first_image_s=first_image, stats_s=stats,
+                                 panel_s=panel, panel_over_engine=panel / engine_s))  # fmt: skip
+                print(" ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in rows[-1].items()))
+            browser.close()
+    finally:
+        demo.close()
+    summary = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "seed"}
+    print("median: " + " ".join(f"{k} {v:.2f}" for k, v in summary.items()))
+    if args.json:
+        args.json.write_text(json.dumps({"family": engines.DEFAULT_FAMILY, "runs": rows, "median": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

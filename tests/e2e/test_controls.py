@@ -1,0 +1,124 @@
+"""What a visitor does with the Rounds panel, in a real browser, watching for any error toast:
+switch between runs of different round counts, step, play, replay a trace, stop a generation,
+click tokens; and on a phone's width, AR and MuLo-SD side by side."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.test_ui import set_slider
+
+# Every toast gradio shows is recorded as it appears (they vanish after a few seconds).
+RECORD_TOASTS = """
+window.__toasts = [];
+new MutationObserver(() => {
+  for (const el of document.querySelectorAll('[data-testid="toast-body"]')) {
+    if (!el.__seen) { el.__seen = true; window.__toasts.push(el.className + ': ' + el.innerText); }
+  }
+}).observe(document, {subtree: true, childList: true});
+"""
+
+
+def toasts(page: Page) -> list[str]:
+    return page.evaluate("window.__toasts || []")
+
+
+def choose(page: Page, label: str, option: str) -> None:
+    page.get_by_label(label, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def rounds_shown(page: Page) -> tuple[int, int]:
+    """(round shown, rounds of the run) from the round line, once it names both."""
+    info = page.locator("#round-info")
+    expect(info).to_contain_text(re.compile(r"round \d+ / \d+"), timeout=60_000)
+    shown, total = re.search(r"round (\d+) / (\d+)", info.inner_text()).groups()
+    return int(shown), int(total)
+
+
+def pick_run(page: Page, name: str) -> int:
+    """Choose run ``name`` in the Rounds panel; returns its number of rounds once shown at round 1."""
+    page.locator("#run-pick").get_by_label(name, exact=True).check()
+    expect(page.locator("#round-info")).to_contain_text(re.compile(rf"{name} · round 1 / \d+"), timeout=30_000)
+    page.wait_for_timeout(500)  # the slider's range arrives with the same event
+    return rounds_shown(page)[1]
+
+
+def step_and_play(page: Page, total: int) -> None:
+    """next twice (or to the end), then play to the last round; the round line follows."""
+    info = page.locator("#round-info")
+    for want in range(2, min(total, 3) + 1):
+        page.locator("#next").click()
+        expect(info).to_contain_text(f"round {want} / {total}", timeout=30_000)
+    page.locator("#play").click()
+    expect(info).to_contain_text(f"round {total} / {total}", timeout=60_000 + 1_000 * total)
+    page.locator("#next").click()  # past the end: stays on the last round
+    page.wait_for_timeout(800)
+    expect(info).to_contain_text(f"round {total} / {total}")
+
+
+@pytest.mark.e2e
+def test_switch_runs_step_play_replay_stop_without_an_error(page: Page, app_url):
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.add_init_script(RECORD_TOASTS)
+    page.goto(app_url)
+    expect(page.locator("#column-third")).to_be_hidden()
+    page.get_by_text("Advanced", exact=True).click()
+    choose(page, "family", "toy")  # random weights: every method in seconds
+    page.wait_for_timeout(1_000)  # the family's knob values arrive
+    set_slider(page, "rows per block", "2")
+    choose(page, "third column", "EAGLE-2")
+    expect(page.locator("#column-third")).to_be_visible(timeout=10_000)
+    expect(page.locator("#title-third")).to_contain_text("EAGLE-2")
+    page.locator("#generate").click()
+    expect(page.locator("#stats-third")).to_contain_text("cost", timeout=120_000)
+    rounds = {"MuLo-SD": rounds_shown(page)[1]}
+    for name in ("AR", "EAGLE-2", "MuLo-SD", "AR"):  # round counts differ: 1 or 2 rounds vs 8 vs many
+        rounds[name] = pick_run(page, name)
+        step_and_play(page, rounds[name])
+    assert len(set(rounds.values())) >= 2, rounds
+    # a token clicked is outlined and described; switching runs clears it
+    page.locator("#token-map img").click(position={"x": 40, "y": 40})
+    expect(page.locator("#token-info")).to_contain_text("token (row", timeout=30_000)
+
+    # replay a bundled trace: a run of its own in the same panel
+    page.get_by_role("tab", name="Replay a trace").click()
+    page.get_by_label("bundled example traces").click()
+    page.get_by_role("option").first.click()
+    page.locator("#load").click()
+    summary = page.locator("#replay-summary")
+    expect(summary).to_contain_text(re.compile(r"\d+ rounds"), timeout=60_000)
+    replayed = int(re.search(r"(\d+) rounds", summary.inner_text()).group(1))
+    expect(page.locator("#round-info")).to_contain_text(f"round 1 / {replayed}", timeout=60_000)
+    step_and_play(page, replayed)
+
+    # stop a generation half way: the panel keeps the last finished run and still steps
+    page.get_by_role("tab", name="Generate").click()
+    page.locator("#generate").click()
+    page.wait_for_timeout(300)
+    page.locator("#stop").click()
+    page.wait_for_timeout(1_500)
+    step_and_play(page, rounds_shown(page)[1])
+    assert not errors, errors
+    assert not toasts(page), toasts(page)
+
+
+@pytest.mark.e2e
+def test_on_a_phone_ar_and_mulo_sit_side_by_side(browser, app_url):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.add_init_script(RECORD_TOASTS)
+        page.goto(app_url)
+        expect(page.locator("#column-third")).to_be_hidden()
+        page.locator("#generate").click()
+        expect(page.locator("#stats-mulo")).to_contain_text("wall-clock", timeout=120_000)
+        ar, mulo = page.locator("#ar img").bounding_box(), page.locator("#mulo img").bounding_box()
+        assert abs(ar["y"] - mulo["y"]) < 5 and mulo["x"] >= ar["x"] + ar["width"] - 1, (ar, mulo)
+        assert mulo["x"] + mulo["width"] <= 390 + 1  # both fit the screen's width
+        assert not toasts(page), toasts(page)
+    finally:
+        page.close()
