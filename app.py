@@ -185,7 +185,7 @@ def rounds_panel() -> SimpleNamespace:
     outputs = [*(pictures[key] for key, _ in captions), info, timeline, tree_plot, columns["final"]]
     return SimpleNamespace(
         run_pick=run_pick, opacity=opacity, layers=layers, prev_btn=prev_btn, slider=slider, next_btn=next_btn,
-        play_btn=play_btn, tokens=pictures["token-map"], token_md=token_md, latency=latency, fig_btn=fig_btn,
+        play_btn=play_btn, tokens=pictures["token-map"], token_md=token_md, latency=latency, fig_btn=fig_btn, info=info,
         gif_btn=gif_btn, export=export, clicked=clicked, outputs=outputs,
     )  # fmt: skip
 
@@ -205,7 +205,7 @@ def wire(state, request: SimpleNamespace, results: SimpleNamespace, replay: Simp
     generation = dict(
         fn=generate_endpoint(),
         inputs=[prompt, request.seed, family, third, *request.knobs],
-        outputs=[*results.outputs, state],
+        outputs=[*results.outputs, rounds.info, state],  # the round line follows the runs as they stream
         concurrency_id="gpu",
         concurrency_limit=1,
     )

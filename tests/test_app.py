@@ -32,14 +32,19 @@ def finished():
 
 def test_generate_streams_rounds_then_the_results(finished):
     updates, final = finished
-    img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, files, state = final
+    img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, files, line, state = final
     assert len(updates) >= 6  # one update per round of each run, then the final one
     # while streaming, at most one image changes per update (a canvas when one was painted: the
     # first and last round of each run at least) and nothing else is re-sent
     skip = gr.skip()
     for update in updates[:-1]:
         assert sum(isinstance(x, str) for x in update[:3]) <= 1
-        assert all(x == skip for x in update[3:])
+        assert all(x == skip for x in (*update[3:9], update[10]))
+    # the Rounds panel's line follows the runs while they stream
+    lines = [update[9] for update in updates[:-1]]
+    assert "**AR** running: round 1," in lines[0] and "0 of 3 runs done" in lines[0]
+    assert any("**MuLo-SD** finished" in x and "2 of 3 runs done" in x for x in lines)
+    assert line == skip
     for column in range(3):
         assert sum(isinstance(u[column], str) for u in updates[:-1]) >= 2
     for path in (img_ar, img_mulo, img_third):

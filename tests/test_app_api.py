@@ -43,7 +43,9 @@ def test_generate_streams_and_returns_both_images_and_traces(client):
     updates = list(job)
     assert len(updates) >= 3
     out = job.result()
-    img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, files = out
+    img_ar, img_mulo, img_third, md_ar, md_mulo, md_third, json_ar, json_mulo, files, progress_line = out
+    # the Rounds panel's line follows the runs while they stream (the final update leaves it)
+    assert any("**MuLo-SD** finished" in str(update[9]) for update in updates)
     assert Image.open(img_ar).size == Image.open(img_mulo).size == (DISPLAY, DISPLAY)
     assert img_third is None and md_third == ""
     assert Trace.from_dict(json_ar).method == "ar" and Trace.from_dict(json_mulo).method == "mulo"

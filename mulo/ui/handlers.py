@@ -110,12 +110,23 @@ def stream_runs(family, prompt, seed, config, plan, progress):
             desc=f"{label} ({done + (view.trace is None)} of {len(plan)}): round {view.rounds_done}, "
             f"{share:.0%} of tokens",
         )
-        yield *out, *([gr.skip()] * 7)
+        yield *out, *([gr.skip()] * 6), running_line(label, view, done, len(plan)), gr.skip()
     return views
 
 
+def running_line(label: str, view: RunView, done: int, runs: int) -> str:
+    """The Rounds panel's line while a request runs: which run, its round, how much is decided."""
+    if view.trace is not None:
+        return f"**{label}** finished in {view.rounds_done} rounds · {done} of {runs} runs done"
+    return (
+        f"**{label}** running: round {view.rounds_done}, {view.decided:.0%} of the image's tokens decided "
+        f"· {done} of {runs} runs done (the rounds are shown here once every run has finished)"
+    )
+
+
 def final_outputs(engine, prompt, seed, config, plan, views: dict[str, RunView]) -> tuple:
-    """The columns' final images and statistics (speed, cost, quality), the traces and the state."""
+    """The columns' final images and statistics (speed, cost, quality), the traces, the state, and
+    the Rounds panel's line left as it is (``show_round`` draws it next)."""
     labels = [label for label, _ in plan]
     runs = {
         label: (views[label].trace, views[label].image, views[label].pass_widths or {}, method_knobs(config, method))
@@ -139,7 +150,7 @@ def final_outputs(engine, prompt, seed, config, plan, views: dict[str, RunView])
     state = {"views": views, "order": labels}
     # fresh files for the final images: re-sending a file the browser is still fetching can break it
     finals = [save_png(shown(views[label].image), label) if label else None for label in columns]
-    return (*finals, *stats, *jsons, downloads, state)
+    return (*finals, *stats, *jsons, downloads, gr.skip(), state)  # the round line: drawn by show_round
 
 
 class ResultCache:
