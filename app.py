@@ -152,7 +152,7 @@ def rounds_panel() -> SimpleNamespace:
     with gr.Row():
         prev_btn = gr.Button("previous", scale=0, elem_id="previous")
         # raw: an index past a new run's last round is clipped by the handlers, never an error toast
-        slider = RawSlider(0, 1, value=0, step=1, label="round", elem_id="round", interactive=False)
+        slider = RawSlider(1, 2, value=1, step=1, label="round", elem_id="round", interactive=False)
         next_btn = gr.Button("next", scale=0, elem_id="next")
         play_btn = gr.Button("play", scale=0, elem_id="play")
     info = gr.Markdown(elem_id="round-info")

@@ -194,7 +194,7 @@ def measure(folder: Path) -> list[dict]:
             label = next(iter(state["views"]))
             rounds = len(state["views"][label].trace.rounds)
             start = time.perf_counter()
-            handlers.show_round(state, label, rounds - 1, 0.5, ["accepted", "rejected", "reopened", "t0"])
+            handlers.show_round(state, label, rounds, 0.5, ["accepted", "rejected", "reopened", "t0"])  # the last
             seconds.append(time.perf_counter() - start)
             start = time.perf_counter()
             handlers.export_gif(state, label)

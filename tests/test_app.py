@@ -130,11 +130,16 @@ def test_rounds_scrub_and_latency(finished):
     state = finished[1][-1]
     pick, slider, latency, clicked = handlers.after_generate(state)
     trace = state["views"]["MuLo-SD"].trace
-    assert pick.value == "MuLo-SD" and slider.maximum == max(1, len(trace.rounds) - 1)
+    # the slider counts rounds from 1, as the round line does ("round 1 / N")
+    assert pick.value == "MuLo-SD" and (slider.minimum, slider.value, slider.maximum) == (
+        1,
+        1,
+        max(2, len(trace.rounds)),
+    )
     assert latency is not None and clicked is None
     every_layer = ["accepted", "rejected", "reopened", "t0"]
-    first = handlers.show_round(state, "MuLo-SD", 0, 0.55, every_layer)
-    last = handlers.show_round(state, "MuLo-SD", len(trace.rounds) - 1, 0.55, every_layer)
+    first = handlers.show_round(state, "MuLo-SD", 1, 0.55, every_layer)  # slider positions count from 1
+    last = handlers.show_round(state, "MuLo-SD", len(trace.rounds), 0.55, every_layer)
     assert len(first) == 10 and "round 1 /" in first[6]
     assert first[8].visible is False  # MuLo-SD's rounds have no draft tree
     sizes = {Image.open(p).size for p in (*first[:4], first[5])}
@@ -144,11 +149,13 @@ def test_rounds_scrub_and_latency(finished):
     # different rounds draw different acceptance maps
     assert not np.array_equal(np.asarray(Image.open(first[1])), np.asarray(Image.open(last[1])))
     # a layer switched off disappears: no green left when only 'rejected' is drawn
-    only_rejected = np.asarray(Image.open(handlers.show_round(state, "MuLo-SD", 0, 0.55, ["rejected"])[1]))
+    only_rejected = np.asarray(Image.open(handlers.show_round(state, "MuLo-SD", 1, 0.55, ["rejected"])[1]))
     green = np.all(only_rejected == viz.hex_rgb(viz.COLORS["accepted"]).astype(np.uint8), axis=-1)
     assert not green.any()
-    assert handlers.step_round(0, -1, state, "MuLo-SD") == 0
-    assert handlers.step_round(len(trace.rounds) - 1, 1, state, "MuLo-SD") == len(trace.rounds) - 1
+    assert handlers.step_round(1, -1, state, "MuLo-SD") == 1
+    assert handlers.step_round(1, 1, state, "MuLo-SD") == 2
+    assert handlers.step_round(len(trace.rounds), 1, state, "MuLo-SD") == len(trace.rounds)
+    assert list(handlers.play_rounds(state, "MuLo-SD")) == list(range(1, len(trace.rounds) + 1))
     with pytest.raises(gr.Error, match="generate or load a trace first"):
         handlers.show_round(None, "MuLo-SD", 0, 0.5, [])
 
@@ -162,10 +169,10 @@ def test_a_tree_method_in_the_third_column_shows_each_rounds_draft_tree(method):
     trace = state["views"][label].trace
     assert trace.config["tree_budget"] == 12 and all(len(r.tree["token"]) <= 11 for r in trace.rounds)
     assert "tree nodes per round" in final[5] and "tokens per round" in final[5]
-    shown = handlers.show_round(state, label, 1, 0.55, ["accepted"])
+    shown = handlers.show_round(state, label, 2, 0.55, ["accepted"])
     assert shown[8].visible is True and "draft tree" in shown[6]
     assert shown[8].value is not None
-    exported = handlers.export_figure(state, label, 1)
+    exported = handlers.export_figure(state, label, 2)
     assert Path(exported).name.startswith(f"tree-round2-{method}") and Image.open(exported).size[0] > 600
     with pytest.raises(gr.Error, match="tree_depth must be an integer in \\[1, 16\\]"):
         run(third=method, tree_depth=40)
@@ -186,7 +193,7 @@ def test_token_history_names_its_rounds(finished):
 
 def test_exports_figure_and_gif(finished):
     state = finished[1][-1]
-    png = handlers.export_figure(state, "MuLo-SD", 0)
+    png = handlers.export_figure(state, "MuLo-SD", 1)
     figure = Image.open(png)
     assert figure.size[0] >= 1600  # slide resolution
     gif = Image.open(handlers.export_gif(state, "MuLo-SD"))

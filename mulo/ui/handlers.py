@@ -211,13 +211,14 @@ def _view(state, label, what: str | None = "show") -> RunView | None:
     return view
 
 
-def _round_index(index, trace: Trace) -> int:
-    """A round index from the slider (any number; clipped to the trace's rounds)."""
+def _round_index(position, trace: Trace) -> int:
+    """The 0-based index of the round at slider ``position`` (rounds count from 1 on the slider,
+    as in the round line; any number, clipped to the trace's rounds)."""
     try:
-        index = int(index or 0)
+        position = int(position or 1)
     except (TypeError, ValueError, OverflowError):
-        index = 0
-    return min(max(0, index), len(trace.rounds) - 1)
+        position = 1
+    return min(max(1, position), len(trace.rounds)) - 1
 
 
 def round_slider(state, label) -> RawSlider:
@@ -225,7 +226,7 @@ def round_slider(state, label) -> RawSlider:
     switch goes through here, so "next" and "play" never step past the shown run's last round."""
     view = _view(state, label, None)
     n = len(view.trace.rounds) if view is not None else 1
-    return RawSlider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1)
+    return RawSlider(minimum=1, maximum=max(2, n), value=1, step=1, interactive=n > 1)
 
 
 def after_generate(state):
@@ -249,10 +250,11 @@ def pick_run(state, label):
     return round_slider(state, label), None
 
 
-def show_round(state, label, index, opacity, layers, clicked=None):
+def show_round(state, label, position, opacity, layers, clicked=None):
+    """The pictures, line and plots of round ``position`` (1-based, the slider's) of run ``label``."""
     view = _view(state, label)
     trace = view.trace
-    index = _round_index(index, trace)
+    index = _round_index(position, trace)
     rnd = trace.rounds[index]
     draft = view.drafts[index] if view.drafts[index] is not None else view.canvases[index]
     size = DISPLAY
@@ -279,21 +281,22 @@ def token_map(rnd, layers, clicked, grid) -> np.ndarray:
     return image
 
 
-def step_round(index, delta, state, label):
+def step_round(position, delta, state, label):
+    """The slider position ``delta`` rounds from ``position``, kept within the run's rounds."""
     view = _view(state, label, None)
     if view is None:
         return gr.skip()
-    return _round_index(_round_index(index, view.trace) + delta, view.trace)
+    return _round_index(_round_index(position, view.trace) + 1 + delta, view.trace) + 1
 
 
 def play_rounds(state, label):
     """Walk the slider through every round of the shown run (the slider's change event redraws)."""
-    for i in range(len(_view(state, label, "play").trace.rounds)):
-        yield i
+    for position in range(1, len(_view(state, label, "play").trace.rounds) + 1):
+        yield position
         time.sleep(0.7)
 
 
-def token_info(state, label, index, layers, evt: gr.SelectData):
+def token_info(state, label, position, layers, evt: gr.SelectData):
     """What happened to the clicked token in the whole run; the map with the token outlined, and
     the token kept (later rounds outline it too)."""
     trace = _view(state, label, "inspect").trace
@@ -304,14 +307,14 @@ def token_info(state, label, index, layers, evt: gr.SelectData):
     except (TypeError, ValueError, OverflowError):
         raise gr.Error("click a token of the acceptance map") from None
     row, col = min(max(0, y // cell), h - 1), min(max(0, x // cell), w - 1)
-    rnd = trace.rounds[_round_index(index, trace)]
+    rnd = trace.rounds[_round_index(position, trace)]
     image = save_png(token_map(rnd, layers, (row, col), trace.grid), "tokens")
     return describe_token(trace, row, col, float(trace.config.get("tau", 0))), image, (row, col)
 
 
-def export_figure(state, label, index):
+def export_figure(state, label, position):
     view = _view(state, label, "export")
-    index = _round_index(index, view.trace)
+    index = _round_index(position, view.trace)
     rnd = view.trace.rounds[index]
     if rnd.tree is not None:  # EAGLE-2: its round is the tree it verified
         fig = figures.tree_figure(rnd, view.trace.grid[1])
