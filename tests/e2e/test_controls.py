@@ -42,9 +42,10 @@ def rounds_shown(page: Page) -> tuple[int, int]:
 def pick_run(page: Page, name: str) -> int:
     """Choose run ``name`` in the Rounds panel; returns its number of rounds once shown at round 1."""
     page.locator("#run-pick").get_by_label(name, exact=True).check()
-    expect(page.locator("#round-info")).to_contain_text(re.compile(rf"{name} · round 1 / \d+"), timeout=30_000)
+    line = re.compile(rf"(?<![\w-]){re.escape(name)} · round 1 / (\d+)")  # "SD", not "MuLo-SD"
+    expect(page.locator("#round-info")).to_contain_text(line, timeout=30_000)
     page.wait_for_timeout(500)  # the slider's range arrives with the same event
-    return rounds_shown(page)[1]
+    return int(line.search(page.locator("#round-info").inner_text()).group(1))
 
 
 def step_and_play(page: Page, total: int) -> None:
@@ -76,6 +77,7 @@ def test_switch_runs_step_play_replay_stop_without_an_error(page: Page, app_url)
     expect(page.locator("#title-third")).to_contain_text("EAGLE-2")
     page.locator("#generate").click()
     expect(page.locator("#stats-third")).to_contain_text("cost", timeout=120_000)
+    expect(page.locator("#round-info")).to_contain_text("MuLo-SD · round 1 /", timeout=60_000)
     rounds = {"MuLo-SD": rounds_shown(page)[1]}
     for name in ("AR", "EAGLE-2", "MuLo-SD", "AR"):  # round counts differ: 1 or 2 rounds vs 8 vs many
         rounds[name] = pick_run(page, name)
@@ -122,3 +124,37 @@ def test_on_a_phone_ar_and_mulo_sit_side_by_side(browser, app_url):
         assert not toasts(page), toasts(page)
     finally:
         page.close()
+
+
+@pytest.mark.e2e
+def test_every_baselines_rounds_step_and_play_and_the_map_controls_redraw(page: Page, app_url):
+    """Each baseline as the third column (ZipAR, SJD, SD, LANTERN; EAGLE-2 above): its rounds step
+    and play to the end; layers and opacity redraw the maps; no error anywhere."""
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.add_init_script(RECORD_TOASTS)
+    page.goto(app_url)
+    page.get_by_text("Advanced", exact=True).click()
+    choose(page, "family", "toy")
+    page.wait_for_timeout(1_000)
+    for name in ("ZipAR", "SJD", "SD", "LANTERN"):
+        choose(page, "third column", name)
+        expect(page.locator("#title-third")).to_contain_text(name, timeout=10_000)
+        page.locator("#generate").click()
+        expect(page.locator("#stats-third")).to_contain_text(name, timeout=120_000)
+        # the panel first shows MuLo-SD's rounds, as a visitor sees them before choosing a run
+        expect(page.locator("#round-info")).to_contain_text("MuLo-SD · round 1 /", timeout=60_000)
+        step_and_play(page, pick_run(page, name))
+    pick_run(page, "MuLo-SD")  # its first round rejects drafts on the toy family: a layer to switch off
+    token_map = page.locator("#token-map img")
+    before = token_map.get_attribute("src")  # files are named by content: a new picture, a new address
+    page.locator("#layers").get_by_label("rejected", exact=True).uncheck()
+    expect(token_map).not_to_have_attribute("src", before, timeout=30_000)  # redrawn without a layer
+    page.locator("#layers").get_by_label("rejected", exact=True).check()
+    overlay = page.locator("#overlay img")
+    before = overlay.get_attribute("src")
+    set_slider(page, "overlay opacity", "0.9")
+    page.get_by_label("range slider for overlay opacity").dispatch_event("pointerup")  # a release redraws
+    expect(overlay).not_to_have_attribute("src", before, timeout=30_000)
+    assert not errors, errors
+    assert not toasts(page), toasts(page)
