@@ -105,6 +105,19 @@ def test_unknown_family_is_an_error():
         list(handlers.generate("red apple", 0, "nope"))
 
 
+def test_the_family_menu_lists_only_what_runs_here(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hf_constants
+
+    from mulo.ui import engines
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path))  # no Tar weights here
+    listed = engines.menu_families()
+    assert "toy" in listed and not any(name.startswith("tar") for name in listed)
+    info = engines.family_info()
+    assert "not listed, their weights are not on this machine: tar, tar-1.5b-1024" in info
+    assert "python -m mulo download tar" in info
+
+
 def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
     import huggingface_hub.constants as hf_constants
 

@@ -44,7 +44,7 @@ def family_info() -> str:
     if missing:
         info += (
             f"; not listed, their weights are not on this machine: {', '.join(missing)} "
-            "(`python -m mulo download NAME`, then restart the app; Tar needs a GPU)"
+            "(Tar: `python -m mulo download tar [--llm 7b] [--res 1024]`, then restart the app; it needs a GPU)"
         )
     return info
 
