@@ -91,7 +91,7 @@ def stats_markdown(trace: Trace, baseline: Trace | None, score=None, reference: 
     if score is not None and score.warning:
         lines.append(f"**Warning:** {score.warning}")
     if trace.warnings:
-        lines.append(f"⚠️ {plain('; '.join(trace.warnings), 600)}")
+        lines.append(f"**Note:** {plain('; '.join(trace.warnings), 600)}")
     return "  \n".join(lines)
 
 
