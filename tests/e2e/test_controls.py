@@ -45,7 +45,17 @@ def pick_run(page: Page, name: str) -> int:
     line = re.compile(rf"(?<![\w-]){re.escape(name)} · round 1 / (\d+)")  # "SD", not "MuLo-SD"
     expect(page.locator("#round-info")).to_contain_text(line, timeout=30_000)
     page.wait_for_timeout(500)  # the slider's range arrives with the same event
-    return int(line.search(page.locator("#round-info").inner_text()).group(1))
+    # read it once it holds still at round 1: a redraw queued by the last run's controls may land
+    # after the switch; "previous" brings the panel back to round 1 then
+    shown = re.compile(rf"(?<![\w-]){re.escape(name)} · round (\d+) / (\d+)")
+    for _ in range(60):
+        found = shown.search(page.locator("#round-info").inner_text())
+        if found and found.group(1) == "1":
+            return int(found.group(2))
+        if found:
+            page.locator("#previous").click()
+        page.wait_for_timeout(500)
+    raise AssertionError(f"the round line never showed {name} at round 1")
 
 
 def step_and_play(page: Page, total: int) -> None:
