@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from browser import chromium_or_none  # scripts/browser.py, beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,9 +29,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the measurements here")
     args = parser.parse_args(argv)
-    chromium = os.environ.get("CHROMIUM_PATH", shutil.which("chromium") or "/usr/bin/chromium")
-    if not os.path.exists(chromium):
-        print(f"error: no Chromium at {chromium} (apt-get install -y chromium)", file=sys.stderr)
+    chromium = chromium_or_none()
+    if chromium is None:
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     if args.family:

@@ -11,6 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from browser import chromium_or_none  # scripts/browser.py, beside this file
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,9 +22,8 @@ def main(argv=None) -> int:
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "round.png")
     parser.add_argument("--prompt", default="grinning face")
     args = parser.parse_args(argv)
-    chromium = os.environ.get("CHROMIUM_PATH", shutil.which("chromium") or "/usr/bin/chromium")
-    if not os.path.exists(chromium):
-        print(f"error: no Chromium at {chromium} (apt-get install -y chromium)", file=sys.stderr)
+    chromium = chromium_or_none()
+    if chromium is None:
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     sys.path.insert(0, str(ROOT))

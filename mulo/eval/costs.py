@@ -192,13 +192,11 @@ class CostTable:
     def __init__(self, engine, max_rounds: int = 12):
         self.engine, self.max_rounds = engine, max_rounds
         self.timed: dict[str, dict[int, tuple[float, float]]] = {}  # model -> width -> (seconds, spread)
-        self.seconds_spent = 0.0  # timing, over the table's life
 
     @torch.no_grad()
     def costs(self, prompt: str, fed: dict[str, set[int] | list[int]]) -> PassCosts:
         """Pass costs that price the widths ``fed`` ({model: widths}; the target always), timing
         only the buckets not timed before."""
-        start = time.perf_counter()
         with self.engine.lock:
             for name in ["target", *[m for m in fed if m != "target"]]:
                 n, make = pass_timer(self.engine, prompt, name)
@@ -206,7 +204,6 @@ class CostTable:
                 for width in priced_buckets(buckets(n), fed.get(name, [])):
                     if width not in have:
                         have[width] = stable_seconds(make(width), _synchronize(self.engine), self.max_rounds)
-        self.seconds_spent += time.perf_counter() - start
         kept = {name: sorted(by_width.items()) for name, by_width in self.timed.items()}
         return PassCosts(
             {name: [w for w, _ in rows] for name, rows in kept.items()},

@@ -338,7 +338,7 @@ def frame_header(trace: Trace, index: int, wave: int | None = None, n_waves: int
         head += f" · wave {wave} of {n_waves}"
     c = legend_counts(trace.rounds[index])
     if not c["proposed"]:
-        return [head, f"no draft: the target decoded {plural(newly_decided(trace, index), 'token')}"]
+        return [head, counts_sentence(trace, index)]  # "no draft: the target decoded N tokens"
     counts = f"{c['proposed']:,} proposed · {c['accepted']:,} accepted · {c['rejected']:,} rejected"
     if c["reopened"]:
         counts += f" · {c['reopened']:,} re-opened in {plural(c['islands'], 'island')}"
