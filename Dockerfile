@@ -2,6 +2,8 @@
 # ZeroGPU Spaces use the Gradio SDK instead (README front matter); this file is not used there.
 FROM python:3.12-slim
 
+# A C++ compiler: the engine compiles its narrow CPU passes (mulo/compiled.py; eager without one).
+RUN apt-get update && apt-get install -y --no-install-recommends g++ && rm -rf /var/lib/apt/lists/*
 RUN useradd -m -u 1000 user
 USER user
 ENV HOME=/home/user PATH=/home/user/.local/bin:$PATH \

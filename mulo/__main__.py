@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mulo import families
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
+from mulo.compiled import COMPILE_MODES
 from mulo.config import flags, knob_table
 from mulo.families import DEFAULT_FAMILY, DTYPES, resolve_dtype
 
@@ -47,6 +48,12 @@ def _family_help(trained: bool = False) -> str:
     return families.described(families.trained() if trained else families.names())
 
 
+COMPILE_HELP = (
+    "compile the narrow passes ahead of time (mulo.compiled; auto: on a CPU with a C++ compiler, "
+    "unless MULO_COMPILE=off)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mulo", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (auto: bfloat16 on CUDA)")
+    gen.add_argument("--compile", default="auto", choices=COMPILE_MODES, help=COMPILE_HELP)
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
@@ -85,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--family", default=DEFAULT_FAMILY)
     be.add_argument("--device", default="cpu")
     be.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (auto: bfloat16 on CUDA)")
+    be.add_argument("--compile", default="auto", choices=COMPILE_MODES, help=COMPILE_HELP)
     be.add_argument("--quick", action="store_true", help="2 prompts, 9 methods: ~4 min on 2 CPU cores")
     be.add_argument(
         "--prompts",
@@ -154,7 +163,7 @@ def cmd_bench(args) -> int:
     unknown = sorted(set(labels or []) - set(SPECS))
     if unknown:
         raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(SPECS)}")
-    engine = Engine(load_family(args.family, args.device, args.dtype))
+    engine = Engine(load_family(args.family, args.device, args.dtype), compile=args.compile)
     result = bench.run(engine, quick=args.quick, n_prompts=args.prompts, labels=labels)
     bench.save(result, args.out, args.json)
     print(bench.markdown(result))
@@ -264,7 +273,7 @@ def cmd_generate(args) -> int:
     from mulo.families import load_family
 
     knobs = {k.key: getattr(args, k.key) for k in knob_table() if getattr(args, k.key) is not None}
-    engine = Engine(load_family(args.family, args.device, args.dtype))
+    engine = Engine(load_family(args.family, args.device, args.dtype), compile=args.compile)
     result = engine.generate(args.prompt, args.method, args.seed, knobs)
     summary = result.trace.summary()
     if result.trace.condition_text:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import mulo
-from mulo import methods
+from mulo import compiled, methods
 from mulo.config import ConfigError, GenerationConfig, knob_keys, validate, validate_prompt, validate_seed
 from mulo.methods.common import DecodeContext
 from mulo.models.vq import to_uint8
@@ -45,13 +45,21 @@ def versions() -> dict[str, str]:
 
 
 class Engine:
-    def __init__(self, family, fixed_shapes: bool | None = None, graphs: str = "auto"):
+    def __init__(
+        self, family, fixed_shapes: bool | None = None, graphs: str = "auto", compile: str = "auto", background_compile: bool = False
+    ):
         """``fixed_shapes``: every forward pass in a few fixed shapes (``mulo.runner``); None picks
         them on an accelerator and exact shapes on a CPU, where padding only costs. ``graphs``:
-        fixed-shape passes replayed from CUDA graphs (``mulo.graphs``; ``auto``: on CUDA)."""
+        fixed-shape passes replayed from CUDA graphs (``mulo.graphs``; ``auto``: on CUDA).
+        ``compile``: the narrow passes of the family's transformers compiled ahead of time
+        (``mulo.compiled``; ``auto``: on a CPU with a C++ compiler unless ``MULO_COMPILE=off``),
+        at first use or, with ``background_compile`` (the app), on a worker thread while those
+        passes run eagerly. The models are the family's: the last engine built on one decides."""
         self.family = family
         self.fixed_shapes = fixed_shapes
         self.graphs = graphs
+        models = [family.target, *family.drafters.values(), family.draft_model]
+        self.compilation = compiled.attach(models, compile, background_compile)  # "compiled steps" / "eager (why)"
         self.lock = threading.Lock()
 
     def make_config(self, config: GenerationConfig | dict | None = None) -> GenerationConfig:

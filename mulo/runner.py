@@ -138,10 +138,12 @@ class ModelRunner:
 
     @property
     def graph_state(self) -> str:
-        """How this runner's passes ran: ``eager``, ``graphs`` (CUDA graphs), ``emulated graphs``
-        (the static-buffer path run eagerly: CPU tests), or ``eager (fallback: why)``."""
+        """How this runner's passes ran: ``eager``, ``compiled steps`` (single-token passes from
+        ``mulo.compiled``), ``graphs`` (CUDA graphs), ``emulated graphs`` (the static-buffer path run
+        eagerly: CPU tests), or ``eager (fallback: why)``."""
         if self.graphs is None:
-            return "eager"
+            compiled = self.model.compiled
+            return "eager" if compiled is None else compiled.state(self.cache.k.shape[1])
         if self.graphs.fallback:
             return f"eager (fallback: {self.graphs.fallback})"
         return "graphs" if self.graphs.mode == "cuda" else "emulated graphs"
@@ -155,8 +157,39 @@ class ModelRunner:
         """Guided logits ``[V]`` of position ``u`` given ``seq[:u]`` (position 0: the prefill's)."""
         if u == 0:
             return self.first_logits
-        logits, _ = self._feed_through(seq, u - 1)
+        last = u - 1
+        if self._in_step(seq, last):
+            return self._feed_one(last, int(seq[last]))[0]
+        logits, _ = self._feed_through(seq, last)
         return logits[-1]
+
+    def _in_step(self, seq: torch.Tensor, last: int) -> bool:
+        """Whether feeding ``last`` alone brings the cache in line with ``seq`` (AR's and every
+        chain's step: every slot before it holds ``seq`` and none is stale), on exact shapes."""
+        return (
+            not self.fixed_shapes
+            and self._stale_from >= last
+            and 0 <= last < self.n_image - 1
+            and torch.equal(self._fed[:last], seq[:last])
+        )
+
+    @torch.no_grad()
+    def _feed_one(self, position: int, token: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_feed_through(seq, position)`` when ``_in_step``: the one query sees every slot up to
+        its own (the causal row), without the general path's scans. Returns the guided logits
+        ``[V]`` of ``position + 1`` and the hidden state ``[B, 1, dim]``."""
+        slot = self.n_cond + position
+        embeddings = self.model.embed_tokens(torch.tensor([token], device=self.device))
+        embeddings = embeddings[None].expand(self.cache.k.shape[1], -1, -1)
+        mask = torch.ones(1, slot + 1, dtype=torch.bool, device=self.device)
+        hidden = self.model.forward_hidden(embeddings, torch.tensor([slot], device=self.device), mask, self.cache)
+        logits = self.model.output(hidden).float()
+        self.nfe += 1
+        self.widths.append(1)
+        self._fed[position] = token
+        if self._stale_from <= position:
+            self._stale_from = position + 1
+        return self._guided(logits)[0], hidden
 
     def span_probs(self, seq: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
         """Distributions ``[min(hi, n) - lo, V]`` (CPU) of positions ``lo .. hi-1`` given ``seq``, in

@@ -4,6 +4,10 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Engines compile their narrow passes by default (mulo.compiled), ~20 s a package on two cores:
+# the suite runs eagerly but for tests/test_compiled.py, which asks for compiling and checks that
+# the tokens do not change; the app and CLI subprocesses the tests start inherit this.
+os.environ.setdefault("MULO_COMPILE", "off")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 # Tar's golden references (tiny random checkpoints and the original code's outputs on them), kept in

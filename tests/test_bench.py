@@ -152,6 +152,39 @@ def test_markdown_and_files(result, tmp_path):
     text = (tmp_path / "out" / "RESULTS.md").read_text()
     assert "`python -m mulo bench --quick`" in text and "## Goals" in text and "mulo-v2-r2" in text
     assert "| k=0 | 1.50x | 40.0 | 0.500 | 0.200 |" in text and "sweep_pooling.png" in text
+    assert "## Against the floor" in text and "| target | " in text.split("## Against the floor")[1]
+
+
+def test_every_timed_pass_is_priced_against_its_floor(result):
+    floor = result["floor"]
+    assert floor["bandwidth_GBps"] > 0 and floor["matrix_GFLOPs"] > 0 and floor["batch"] == 2  # the toy's CFG 4
+    for name, widths in result["pass_costs"]["widths"].items():
+        rows = floor["models"][name]
+        assert [r["width"] for r in rows] == widths, name
+        for row, seconds in zip(rows, result["pass_costs"]["seconds"][name], strict=True):
+            assert row["over_floor"] == pytest.approx(seconds / row["floor_s"])
+    assert result["execution"] == "eager (compiling switched off)"  # the suite runs eagerly (conftest)
+
+
+def test_a_pass_floor_counts_weights_kv_and_flops():
+    from mulo.eval.floor import pass_floor
+    from mulo.models.gpt import GPT, GPTConfig
+
+    config = GPTConfig(
+        dim=8, n_layer=1, n_head=2, vocab_size=4, max_seq_len=4, cond_len=1, cond_dim=1, cond_type="class",
+        multiple_of=8,
+    )
+    model = GPT(config)
+    # read whole: wqkv 24x8, wo 8x8, w1/w3 24x8 (ffn_hidden 24), w2 8x24, output 4x8, three norms of 8
+    matrices = 24 * 8 + 8 * 8 + 3 * 24 * 8 + 4 * 8
+    weights = 4 * (matrices + 3 * 8)
+    kv = 2 * 1 * 2 * 2 * 4 * 4  # K and V, one layer, CFG batch 2, two heads of 4, float32: per slot
+    step = pass_floor(model, config, batch=2, width=1, context=3, bytes_per_s=1e3, flops_per_s=1e9)
+    assert step["bytes"] == weights + 3 * kv and step["bound"] == "memory"
+    assert step["flops"] == 2 * 2 * matrices + 4 * 1 * 2 * 2 * 4 * 1 * 3
+    assert step["floor_s"] == pytest.approx(step["bytes"] / 1e3)
+    wide = pass_floor(model, config, batch=2, width=3, context=4, bytes_per_s=1e12, flops_per_s=1e3)
+    assert wide["bound"] == "compute" and wide["floor_s"] == pytest.approx(wide["flops"] / 1e3)
 
 
 def test_family_without_a_method_skips_it_with_the_reason(toy):

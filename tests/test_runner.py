@@ -12,15 +12,21 @@ from tests.helpers import tiny_gpt
 
 @pytest.fixture
 def fed_positions(monkeypatch):
-    """The positions of every forward pass after the prefill, in order."""
+    """The positions of every forward pass after the prefill, in order (the general path's and
+    the single-token step's)."""
     calls = []
-    feed = ModelRunner._feed
+    feed, feed_one = ModelRunner._feed, ModelRunner._feed_one
 
     def spy(self, positions, tokens, mask):
         calls.append(positions.tolist())
         return feed(self, positions, tokens, mask)
 
+    def spy_one(self, position, token):
+        calls.append([position])
+        return feed_one(self, position, token)
+
     monkeypatch.setattr(ModelRunner, "_feed", spy)
+    monkeypatch.setattr(ModelRunner, "_feed_one", spy_one)
     return calls
 
 
@@ -45,6 +51,16 @@ def test_walking_forward_feeds_one_slot_per_position(fed_positions):
         r.next_logits(seq, u)
     assert fed_positions == [[u - 1] for u in range(1, 8)]
     assert r.nfe == 1 + 7
+
+
+def test_the_single_token_step_gives_the_general_paths_logits():
+    """``_feed_one`` (AR's and every chain's step) is ``_feed_through`` without the scans."""
+    fast, general, seq = runner(), runner(), sequence()
+    for u in range(1, 8):
+        want, _ = general._feed_through(seq, u - 1)
+        assert torch.equal(fast.next_logits(seq, u), want[-1]), u
+    assert torch.equal(fast._fed, general._fed) and fast.widths == general.widths[:1] + [1] * 7
+    assert torch.equal(fast.cache.k, general.cache.k) and torch.equal(fast.cache.written, general.cache.written)
 
 
 @pytest.mark.parametrize("refresh,expected", [(True, [3, 4, 5, 6, 7]), (False, [3, 7])])

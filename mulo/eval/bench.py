@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from mulo.eval import costs as pass_costs
+from mulo.eval import floor as pass_floor
 from mulo.eval import harness
 from mulo.eval.harness import Measured
 from mulo.eval.quality import Quality
@@ -145,7 +146,8 @@ def environment(engine: Engine) -> dict:
 def markdown(result: dict) -> str:
     env = result["environment"]
     head = (
-        f"Family `{env['family']}` on {env['device']} ({env['dtype']}, {env['threads']} threads, batch 1), "
+        f"Family `{env['family']}` on {env['device']} ({env['dtype']}, {env['threads']} threads, batch 1, "
+        f"passes: {result.get('execution', 'eager')}), "
         f"{result['prompts']} prompts x 1 seed each, methods interleaved after warm-up; "
         f"one full verification pass = {result['verification_pass_s'] * 1000:.1f} ms; one drafter step "
         f"costs {_costs(result.get('step_cost', {}), result.get('step_cost_spread', {}))} of a target step "
@@ -250,6 +252,8 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
         "step_cost": {name: costs.step(name) for name in costs.widths if name != "target"},
         "step_cost_spread": {name: spreads[0] for name, spreads in costs.spread.items()},
         "pass_costs": costs.to_dict(),  # seconds per pass by model and width bucket
+        "floor": pass_floor.floors(engine, costs.to_dict(), engine.family.device),  # each against its floor
+        "execution": engine.compilation,  # compiled narrow passes or eager (mulo.compiled)
         "wall_s": time.perf_counter() - start,
         "environment": env,
         **{k: env[k] for k in ("device", "dtype", "threads", "versions")},
@@ -349,6 +353,7 @@ def write_results(out_dir: Path, result: dict, sweep_results: dict | None, comma
         "\n".join(goal_lines(result)) or "(no goal labels in this run)",
         "",
         *cost_lines(result.get("pass_costs")),
+        *pass_floor.floor_lines(result.get("floor")),
     ]
     for name, rows in (sweep_results or {}).items():
         parts.append(f"\n## Sweep: {name}\n")

@@ -163,8 +163,13 @@ class KVCache:
         self.written.index_fill_(0, slots, True)  # no host tensor: a CUDA graph can capture it
         mask = mask & self.written[: mask.shape[1]]
         if mask.device.type == "cpu":
-            own = mask[torch.arange(len(slots)), slots.clamp(max=mask.shape[1] - 1)]
-            if not bool(own.all()) or int(slots.max()) >= mask.shape[1]:
+            if len(slots) == 1:  # a single-token step: one look, no index tensors
+                slot = int(slots[0])
+                sees_own = slot < mask.shape[1] and bool(mask[0, slot])
+            else:
+                own = mask[torch.arange(len(slots)), slots.clamp(max=mask.shape[1] - 1)]
+                sees_own = bool(own.all()) and int(slots.max()) < mask.shape[1]
+            if not sees_own:
                 raise ValueError("every query must see its own slot")
         return mask
 
@@ -219,6 +224,9 @@ class GPT(nn.Module):
     so the original state dicts load without renaming.
     """
 
+    # A ``mulo.compiled.StepCompiler`` when single-token steps run compiled (``Engine(compile=)``).
+    compiled = None
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
@@ -272,6 +280,10 @@ class GPT(nn.Module):
         if cache is not None:  # (without one, a None mask reaches the attention as is_causal)
             mask = cache.admit(slots, mask)
         h = x + self.abs_pe[0, slots if pe_slots is None else pe_slots].to(x.dtype)
+        if self.compiled is not None and cache is not None and x.shape[1] <= self.compiled.max_queries:
+            hidden = self.compiled.run(h, mask, cache, slots)  # a narrow pass: compiled (mulo.compiled)
+            if hidden is not None:
+                return hidden
         for i, layer in enumerate(self.layers):
             h = layer(h, i, slots, mask, cache)
         return self.norm(h)

@@ -84,7 +84,8 @@ def engine_for(family: str) -> Engine:
     with _engines_lock:
         if family not in _engines:
             try:
-                _engines[family] = Engine(load_family(family, "cuda" if _cuda() else "cpu"))
+                # Compiles in the background: a visitor never waits on a compiler (mulo.compiled)
+                _engines[family] = Engine(load_family(family, "cuda" if _cuda() else "cpu"), background_compile=True)
             except (ValueError, FileNotFoundError) as exc:
                 raise gr.Error(str(exc)) from None
         return _engines[family]

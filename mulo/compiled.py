@@ -1,0 +1,271 @@
+"""A GPT's narrow passes compiled ahead of time for the CPU (AOTInductor), eager as the fallback.
+
+Why: on a CPU a single-token step is a chain of matrix-vector products over weights that do not
+stay in cache, and the BLAS behind ``F.linear`` streams such a skinny product at a fraction of
+the machine's bandwidth (``docs/cpu-engine.md``). Inductor's C++ micro-GEMM template, with the
+weights frozen and pre-packed, streams them several times faster; it runs under ``max_autotune``,
+which times it against the BLAS for each product shape and keeps the faster (so kernels are
+picked by timing, as the BLAS picks its own by CPU; the tests hold the tokens to the eager ones).
+
+What is compiled: the whole pass of all layers for a few queries (1 to ``MAX_QUERIES``: AR's and
+every chain's steps, ZipAR's waves, MuLo-SD's islands), one package per CFG batch size and query
+bucket, exported with the key count and the cache's size as dynamic dimensions, so a package
+serves every pass of that width in every request. Attention reads the cache as it stands (the
+slots a query may see, the pass's own excluded: the cache does not hold their new K/V yet) and
+the pass's own K/V, which the package returns and the caller writes to the cache afterwards.
+Wider passes (a verification over the whole grid) stay eager: their products are matrix-matrix,
+where the BLAS is near its rate.
+
+Packages are cached on disk by a hash of the weights, shapes, torch version and options
+(``MULO_COMPILE_CACHE``, default ``~/.cache/mulo/compiled``): a package compiles in ~20 s on two
+cores and loads in milliseconds. The compiled pass's numbers differ from eager ones by float32
+rounding (~1e-5); the tests check that every method's tokens for a seed are the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+MAX_QUERIES = 64  # wider passes run eagerly: their products are matrix-matrix, where the BLAS is fast
+INDUCTOR_OPTIONS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MULO_COMPILE_CACHE", Path.home() / ".cache" / "mulo" / "compiled"))
+
+
+def unavailable_reason() -> str | None:
+    """Why this process cannot compile (None if it can): AOTInductor's CPU backend needs a C++
+    compiler."""
+    if shutil.which(os.environ.get("CXX", "c++")) is None and shutil.which("g++") is None:
+        return "no C++ compiler on PATH"
+    return None
+
+
+class _Step(nn.Module):
+    """All of a GPT's layers for a few queries; see the module docstring."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.layers, self.norm, self.config = model.layers, model.norm, model.config
+
+    def forward(self, h, cached_mask, new_mask, k_cache, v_cache):
+        """``h [B, Q, dim]`` (embedded inputs plus positions); ``cached_mask [Q, S]``: the cache
+        slots each query sees, the pass's own slots excluded (the cache does not hold their new
+        K/V yet); ``new_mask [Q, Q]``: the pass's queries each one sees (itself included);
+        ``k_cache``/``v_cache [L, B, heads, n_slots, head_dim]``. Returns ``(normalised hidden
+        [B, Q, dim], k [L, B, heads, Q, head_dim], v)``: the pass's K/V for the caller to write."""
+        c = self.config
+        b, q_len, _ = h.shape
+        width = cached_mask.shape[1]
+        bias_cached = torch.where(cached_mask, 0.0, float("-inf"))
+        bias_new = torch.where(new_mask, 0.0, float("-inf"))
+        scale = 1.0 / math.sqrt(c.head_dim)
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            qkv = layer.attention.wqkv(layer.attention_norm(h)).view(b, q_len, 3, c.n_head, c.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, Q, head_dim]
+            keys, values = k_cache[i, :, :, :width], v_cache[i, :, :, :width]
+            cached = torch.matmul(q, keys.transpose(-1, -2)) * scale + bias_cached
+            own = torch.matmul(q, k.transpose(-1, -2)) * scale + bias_new
+            weights = torch.softmax(torch.cat([cached, own], dim=-1), dim=-1)
+            out = torch.matmul(weights[..., :width], values) + torch.matmul(weights[..., width:], v)
+            h = h + layer.attention.wo(out.transpose(1, 2).reshape(b, q_len, c.dim))
+            h = h + layer.feed_forward(layer.ffn_norm(h))
+            new_k.append(k)
+            new_v.append(v)
+        return self.norm(h), torch.stack(new_k), torch.stack(new_v)
+
+
+def _key(model) -> str:
+    """The disk cache's name for a model: its weights, shapes, torch and the compile options."""
+    digest = hashlib.sha256()
+    digest.update(repr((model.config, torch.__version__, INDUCTOR_OPTIONS)).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+@torch.no_grad()
+def _compile(model, batch: int, bucket: int, path: Path) -> None:
+    """Export ``_Step`` for ``batch`` x ``bucket`` queries (the key count and the cache's slot
+    count dynamic) and compile it into the package at ``path``."""
+    c = model.config
+    n_slots = c.n_positions
+    h = torch.zeros(batch, bucket, c.dim)
+    cached_mask = torch.ones(bucket, n_slots - 1, dtype=torch.bool)
+    new_mask = torch.ones(bucket, bucket, dtype=torch.bool).tril()
+    cache = torch.zeros(c.n_layer, batch, c.n_head, n_slots, c.head_dim)
+    slots = torch.export.Dim("slots", min=4, max=1 << 20)
+    keys = torch.export.Dim("keys", min=2, max=1 << 20)
+    program = torch.export.export(
+        _Step(model).eval(),
+        (h, cached_mask, new_mask, cache, cache.clone()),
+        dynamic_shapes=({}, {1: keys}, {}, {3: slots}, {3: slots}),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.stem}.{threading.get_ident()}.partial.pt2")
+    torch._inductor.aoti_compile_and_package(
+        program, package_path=str(partial), inductor_configs=dict(INDUCTOR_OPTIONS)
+    )
+    partial.replace(path)  # a package is either whole or absent, whatever interrupts a compile
+    log.info("compiled %s's %d-query pass (batch %d): %s", type(model).__name__, bucket, batch, path.name)
+
+
+def _bucket(q_len: int) -> int:
+    """The query count a pass of ``q_len`` queries runs at: the next power of two."""
+    return 1 << max(0, q_len - 1).bit_length()
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+
+
+_background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mulo-compile")
+
+
+class StepCompiler:
+    """A model's compiled passes: one package per (CFG batch size, query bucket), compiled at its
+    first use or loaded from the disk cache. A pass of ``Q <= MAX_QUERIES`` queries runs in the
+    next power of two, padded with zero queries that see only themselves and that no real query
+    sees (their outputs are dropped). ``background``: a missing package is compiled on a worker
+    thread while passes run eagerly (the app: visitors never wait on a compiler); otherwise at
+    once (the CLI and the bench). A failure leaves that package's passes eager, reason kept."""
+
+    max_queries = MAX_QUERIES
+
+    def __init__(self, model, background: bool = False):
+        self.model, self.background = model, background
+        self.key = _key(model)
+        self.runs: dict[tuple[int, int], object] = {}
+        self.pending: set[tuple[int, int]] = set()
+        self.failures: dict[tuple[int, int], str] = {}
+        self._lock = threading.Lock()
+
+    def path(self, batch: int, bucket: int) -> Path:
+        return cache_dir() / f"step-{self.key}-b{batch}-q{bucket}.pt2"
+
+    def _package(self, batch: int, bucket: int):
+        """The loaded package, or None (failed, or compiling in the background)."""
+        shape = (batch, bucket)
+        if shape in self.runs:
+            return self.runs[shape]
+        if shape in self.failures:
+            return None
+        path = self.path(batch, bucket)
+        if not path.exists():
+            if self.background:
+                with self._lock:
+                    if shape not in self.pending:
+                        self.pending.add(shape)
+                        _background.submit(self._compile_quietly, shape, path)
+                return None
+            try:
+                _compile(self.model, batch, bucket, path)
+            except Exception as exc:  # export, compiler or loader: eager for this shape
+                self._fail(shape, exc)
+                return None
+        self.runs[shape] = torch._inductor.aoti_load_package(str(path))
+        return self.runs[shape]
+
+    def _compile_quietly(self, shape, path) -> None:
+        try:
+            _compile(self.model, *shape, path)
+        except Exception as exc:
+            self._fail(shape, exc)
+        finally:
+            with self._lock:
+                self.pending.discard(shape)
+
+    def _fail(self, shape, exc: Exception) -> None:
+        self.failures[shape] = f"compile failed ({_first_line(exc)})"
+        log.warning("passes of batch %d, %d queries stay eager: %s", *shape, self.failures[shape])
+
+    def run(self, h, mask, cache, slots):
+        """The pass of queries ``h [B, Q, dim]`` at cache ``slots [Q]`` under ``mask [Q, S]`` (already
+        limited to written slots, the pass's own included): writes their K/V and returns the
+        hidden state ``[B, Q, dim]``; None when it has no package (the caller runs it eagerly)."""
+        q_len = h.shape[1]
+        bucket = _bucket(q_len)
+        run = self._package(h.shape[0], bucket)
+        if run is None:
+            return None
+        if q_len == 1:  # a step: the query sees itself and what the mask says, no index tensors
+            slot = int(slots[0])
+            cached_mask = mask.clone()
+            cached_mask[0, slot] = False
+            new_mask = cached_mask.new_ones(1, 1)
+        else:
+            new_mask = mask[:, slots]
+            cached_mask = mask.clone()
+            cached_mask[:, slots] = False
+        if bucket > q_len:
+            pad = bucket - q_len
+            h = torch.cat([h, h.new_zeros(h.shape[0], pad, h.shape[2])], dim=1)
+            cached_mask = torch.cat([cached_mask, cached_mask.new_zeros(pad, cached_mask.shape[1])])
+            square = torch.eye(bucket, dtype=torch.bool)
+            square[:q_len, :q_len] = new_mask
+            new_mask = square
+        hidden, k, v = run(h, cached_mask, new_mask, cache.k, cache.v)
+        if q_len == 1:
+            cache.k[:, :, :, slot] = k[:, :, :, 0]
+            cache.v[:, :, :, slot] = v[:, :, :, 0]
+        else:
+            cache.k[:, :, :, slots] = k[:, :, :, :q_len]
+            cache.v[:, :, :, slots] = v[:, :, :, :q_len]
+        return hidden[:, :q_len]
+
+    def state(self, batch: int) -> str:
+        """How this model's narrow passes of ``batch`` run (a trace's ``execution``)."""
+        failed = [why for (b, _), why in self.failures.items() if b == batch]
+        if failed:
+            return f"eager (fallback: {failed[0]})"
+        compiling = sum(1 for b, _ in self.pending if b == batch)
+        if compiling:
+            return f"compiled steps (eager while {compiling} pass width(s) compile)"
+        return "compiled steps" if any(b == batch for b, _ in self.runs) else "eager"
+
+
+COMPILE_MODES = ("auto", "on", "off")
+
+
+def attach(models, mode: str = "auto", background: bool = False) -> str:
+    """Give each GPT in ``models`` a ``StepCompiler`` (``on``; ``auto``: when every one is a float32
+    model on a CPU, a C++ compiler is present and ``MULO_COMPILE`` is not ``off``), or take it away
+    (``off``). Returns how the steps will run: ``compiled steps`` or ``eager (why)``."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile must be one of {COMPILE_MODES} (got {mode!r})")
+    models = [m for m in models if m is not None]
+    if mode == "auto":
+        mode = os.environ.get("MULO_COMPILE", "auto")
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"MULO_COMPILE must be one of {COMPILE_MODES} (got {mode!r})")
+    why = None
+    if mode == "off":
+        why = "compiling switched off"
+    else:
+        params = [next(m.parameters()) for m in models]
+        if any(p.device.type != "cpu" for p in params):
+            why = "compiled steps are for the CPU (an accelerator replays CUDA graphs)"
+        elif any(p.dtype != torch.float32 for p in params):
+            why = "compiled steps are float32 only"
+        elif any(m.config.kv_heads != m.config.n_head for m in models):
+            why = "compiled steps do not group query heads"
+        else:
+            why = unavailable_reason()
+    for model in models:
+        model.compiled = None if why else StepCompiler(model, background)
+    return f"eager ({why})" if why else "compiled steps"

@@ -1,0 +1,163 @@
+"""Compiled narrow passes (``mulo.compiled``): the eager pass's numbers under any mask, every
+method's tokens unchanged, and an eager fallback that the trace names.
+
+A package takes ~20 s to compile on two cores, so the tests share one package cache and the
+smallest models that cover each case: the toy family for the crafted masks and the methods (the
+same packages), the default family's target for AR alone, a one-layer GPT where nothing compiles.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from mulo import compiled, methods
+from mulo.engine import Engine
+from mulo.families import load_family, toy
+from mulo.models.gpt import GPT, GPTConfig, KVCache, init_random_
+
+
+@pytest.fixture(scope="module", autouse=True)
+def package_cache(tmp_path_factory):
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MULO_COMPILE_CACHE", str(tmp_path_factory.mktemp("compiled")))
+    yield
+    patch.undo()
+
+
+def tiny_gpt() -> GPT:
+    config = GPTConfig(
+        dim=32, n_layer=1, n_head=4, vocab_size=16, max_seq_len=16, cond_len=2, cond_dim=8, multiple_of=32
+    )
+    return init_random_(GPT(config), seed=7, std=0.3).eval()
+
+
+def prefilled(model: GPT) -> KVCache:
+    """A CFG-batch cache whose condition slots and first six image slots are written."""
+    c = model.config
+    cache = KVCache(c, 2, "cpu", torch.float32)
+    n = c.cond_len + 6
+    x = torch.randn(2, n, c.dim, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        model.forward_hidden(x, torch.arange(n), torch.ones(n, n, dtype=torch.bool).tril(), cache)
+    return cache
+
+
+@pytest.mark.parametrize(
+    "slots, visible",
+    [
+        # one query at slot 13 seeing the condition (0-3), slots 5 and 7 (not 4, 6, 8, 9: holes)
+        # and itself
+        ([13], [[0, 1, 2, 3, 5, 7, 13]]),
+        # three queries (run at four, one padding query) at slots 12, 15, 13: the second sees the
+        # first's new K/V, the third sees neither new slot but 11 (never written) and 9's old K/V
+        ([12, 15, 13], [[0, 1, 2, 3, 6, 12], [0, 1, 2, 3, 8, 12, 15], [0, 1, 2, 3, 9, 11, 13]]),
+    ],
+)
+def test_compiled_pass_matches_eager_under_any_mask(slots, visible):
+    # The toy target, whose packages (CFG batch 2; 1 and 4 queries) the method test uses too.
+    model = toy.build().target
+    mask = torch.zeros(len(slots), 16, dtype=torch.bool)
+    for row, seen in enumerate(visible):
+        mask[row, seen] = True
+    x = torch.randn(2, len(slots), model.config.dim, generator=torch.Generator().manual_seed(2))
+    slots = torch.tensor(slots)
+    with torch.no_grad():
+        eager_cache = prefilled(model)
+        want = model.forward_hidden(x, slots, mask, eager_cache)
+        assert compiled.attach([model], "on") == "compiled steps"
+        cache = prefilled(model)
+        got = model.forward_hidden(x, slots, mask, cache)
+    assert model.compiled.state(2) == "compiled steps"  # it ran compiled, not eagerly
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(cache.k, eager_cache.k, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(cache.v, eager_cache.v, atol=1e-5, rtol=1e-4)
+    assert torch.equal(cache.written, eager_cache.written)
+
+
+def test_every_method_keeps_its_tokens_when_compiled():
+    """One test over every method: they share the toy models' packages, compiled once."""
+    family = toy.build()  # its own models: the session's toy family stays eager
+    eager = Engine(family, compile="off")
+    want = {name: eager.generate("a", name, 3) for name in methods.names()}
+    engine = Engine(family, compile="on")
+    assert engine.compilation == "compiled steps"
+    for name, expected in want.items():
+        got = engine.generate("a", name, 3)
+        assert "compiled steps" in got.trace.execution, name
+        assert torch.equal(got.tokens, expected.tokens), name
+        assert got.trace.nfe == expected.trace.nfe, name
+
+
+def test_default_family_ar_keeps_its_tokens_and_runs_faster_compiled():
+    family = load_family("twemoji")
+    eager = Engine(family, compile="off")
+    want = eager.generate("red apple", "ar", 1)
+    engine = Engine(family, compile="on")
+    engine.generate("red apple", "ar", 0)  # compiles (or loads) the step
+    start = time.perf_counter()
+    got = engine.generate("red apple", "ar", 1)
+    compiled_s = time.perf_counter() - start
+    start = time.perf_counter()
+    Engine(family, compile="off").generate("red apple", "ar", 1)
+    eager_s = time.perf_counter() - start
+    assert got.trace.execution == "compiled steps"
+    assert torch.equal(got.tokens, want.tokens)
+    # Not a timing goal (the bench holds those): only that the compiled steps did run, which an
+    # eager fallback would not show as a clear gain on any machine.
+    assert compiled_s < 0.8 * eager_s, (compiled_s, eager_s)
+
+
+def test_a_failed_compile_falls_back_to_eager_and_says_why(monkeypatch, tmp_path):
+    monkeypatch.setenv("MULO_COMPILE_CACHE", str(tmp_path))  # no package from the other tests
+
+    def no_compiler(*args):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(compiled, "_compile", no_compiler)
+    family = toy.build()
+    want = Engine(family, compile="off").generate("a", "ar", 0)
+    got = Engine(family, compile="on").generate("a", "ar", 0)
+    assert got.trace.execution == "eager (fallback: compile failed (RuntimeError: no compiler here))"
+    assert torch.equal(got.tokens, want.tokens)
+
+
+def test_background_compiles_run_eagerly_meanwhile_and_report_failures(monkeypatch):
+    started = []
+
+    def slow_failure(*args):
+        started.append(args[1:3])
+        time.sleep(0.2)
+        raise RuntimeError("compiler crashed")
+
+    monkeypatch.setattr(compiled, "_compile", slow_failure)
+    model = tiny_gpt()
+    compiled.attach([model], "on", background=True)
+    x = torch.randn(1, 1, model.config.dim)
+    with torch.no_grad():
+        hidden = model.forward_hidden(
+            x, torch.tensor([2]), torch.ones(1, 3, dtype=torch.bool), KVCache(model.config, 1, "cpu", torch.float32)
+        )
+    assert hidden.shape == (1, 1, model.config.dim)  # the eager pass answered at once
+    assert model.compiled.state(1).startswith("compiled steps (eager while 1 pass width(s) compile)")
+    deadline = time.monotonic() + 10
+    while model.compiled.pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started == [(1, 1)]
+    assert model.compiled.state(1) == "eager (fallback: compile failed (RuntimeError: compiler crashed))"
+
+
+def test_attach_says_why_passes_stay_eager(monkeypatch):
+    model = tiny_gpt()
+    assert compiled.attach([model], "off") == "eager (compiling switched off)"
+    assert model.compiled is None
+    monkeypatch.setenv("MULO_COMPILE", "off")
+    assert compiled.attach([model], "auto") == "eager (compiling switched off)"
+    monkeypatch.setenv("MULO_COMPILE", "sometimes")
+    with pytest.raises(ValueError, match="MULO_COMPILE must be one of"):
+        compiled.attach([model], "auto")
+    with pytest.raises(ValueError, match="compile must be one of"):
+        compiled.attach([model], "always")
+    assert compiled.attach([model.to(torch.bfloat16)], "on") == "eager (compiled steps are float32 only)"
