@@ -121,7 +121,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(text + "\n")
     print(
-        f"bandwidth {out['bandwidth_GBps']:.1f} GB/s, matrix rate {out['matrix_GFLOPs']:.0f} GFLOP/s; {out['execution']}"
+        f"bandwidth {out['bandwidth_GBps']:.1f} GB/s, matrix rate {out['matrix_GFLOPs']:.0f} GFLOP/s; "
+        f"{out['execution']}"
     )
     print("| pass | floor ms | forward eager | forward compiled | bench pass eager | bench pass compiled |")
     print("|---|---|---|---|---|---|")
@@ -136,7 +137,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for method, row in images.items():
         print(
-            f"| {method} | {row['eager_s']:.3f} | {row['compiled_s']:.3f} | {row['speedup']:.2f}x | {row['same_tokens']} |"
+            f"| {method} | {row['eager_s']:.3f} | {row['compiled_s']:.3f} | {row['speedup']:.2f}x "
+            f"| {row['same_tokens']} |"
         )
 
 

@@ -171,7 +171,14 @@ def test_a_pass_floor_counts_weights_kv_and_flops():
     from mulo.models.gpt import GPT, GPTConfig
 
     config = GPTConfig(
-        dim=8, n_layer=1, n_head=2, vocab_size=4, max_seq_len=4, cond_len=1, cond_dim=1, cond_type="class",
+        dim=8,
+        n_layer=1,
+        n_head=2,
+        vocab_size=4,
+        max_seq_len=4,
+        cond_len=1,
+        cond_dim=1,
+        cond_type="class",
         multiple_of=8,
     )
     model = GPT(config)
