@@ -41,6 +41,8 @@ def main() -> None:
     args = parser.parse_args()
     engine = Engine(load_family(args.family))
     quality = Quality.for_family(engine.family)
+    if quality is None:
+        raise SystemExit(f"error: {args.family} has no evaluation set yet (its card stage writes it)")
     prompts = bench.prompt_pool(quality)[: args.prompts]
     keys = [key for key, _ in prompts]
     out = {"family": args.family, "prompts": len(prompts), "defaults": engine.make_config(None).to_dict()}
