@@ -36,6 +36,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mulo.runner import query_bucket
+
 log = logging.getLogger(__name__)
 
 MAX_QUERIES = 64  # wider passes run eagerly: their products are matrix-matrix, where the BLAS is fast
@@ -125,11 +127,6 @@ def _compile(model, batch: int, bucket: int, path: Path) -> None:
     log.info("compiled %s's %d-query pass (batch %d): %s", type(model).__name__, bucket, batch, path.name)
 
 
-def _bucket(q_len: int) -> int:
-    """The query count a pass of ``q_len`` queries runs at: the next power of two."""
-    return 1 << max(0, q_len - 1).bit_length()
-
-
 def _first_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
 
@@ -199,7 +196,7 @@ class StepCompiler:
         limited to written slots, the pass's own included): writes their K/V and returns the
         hidden state ``[B, Q, dim]``; None when it has no package (the caller runs it eagerly)."""
         q_len = h.shape[1]
-        bucket = _bucket(q_len)
+        bucket = query_bucket(q_len)
         run = self._package(h.shape[0], bucket)
         if run is None:
             return None

@@ -31,7 +31,7 @@ METHODS = ("ar", "zipar", "mulo")
 
 def pass_rows(engine: Engine, prompt: str, bytes_per_s: float, flops_per_s: float, widths=(1, 16)) -> dict:
     """Each model's pass of each width: seconds (``costs.stable_seconds``) against its floor."""
-    models = floor._models(engine.family)
+    models = floor.models_of(engine.family)
     batch = 1 if engine.make_config(None).guidance == 1 else 2
     n_cond = engine.family.target.config.cond_len
     rows = {}

@@ -63,7 +63,7 @@ def pass_floor(module, config, batch: int, width: int, context: int, bytes_per_s
     }
 
 
-def _models(family) -> dict[str, tuple[object, object]]:
+def models_of(family) -> dict[str, tuple[object, object]]:
     models = {"target": (family.target, family.target.config)}
     models.update({f"drafter_r{r}": (m, m.config) for r, m in family.drafters.items()})
     if family.draft_model is not None:
@@ -78,7 +78,7 @@ def floors(engine, costs: dict, device="cpu") -> dict:
     bandwidth and matrix rate measured now."""
     bytes_per_s, flops_per_s = bandwidth(device, 256), matrix_rate(device)
     batch = 1 if engine.make_config(None).guidance == 1 else 2
-    models = _models(engine.family)
+    models = models_of(engine.family)
     out = {"bandwidth_GBps": bytes_per_s / 1e9, "matrix_GFLOPs": flops_per_s / 1e9, "batch": batch, "models": {}}
     n_cond = engine.family.target.config.cond_len
     for name, widths in costs["widths"].items():
