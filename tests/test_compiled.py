@@ -91,23 +91,27 @@ def test_every_method_keeps_its_tokens_when_compiled():
         assert got.trace.nfe == expected.trace.nfe, name
 
 
-def test_default_family_ar_keeps_its_tokens_and_runs_faster_compiled():
+def test_default_family_ar_keeps_its_tokens_with_every_step_compiled(monkeypatch):
     family = load_family("twemoji")
-    eager = Engine(family, compile="off")
-    want = eager.generate("red apple", "ar", 1)
+    want = Engine(family, compile="off").generate("red apple", "ar", 1)
     engine = Engine(family, compile="on")
     engine.generate("red apple", "ar", 0)  # compiles (or loads) the step
-    start = time.perf_counter()
+    passes = {"compiled": 0, "eager": 0}
+    run = compiled.StepCompiler.run
+
+    def counting_run(self, *args):
+        hidden = run(self, *args)
+        passes["eager" if hidden is None else "compiled"] += 1
+        return hidden
+
+    monkeypatch.setattr(compiled.StepCompiler, "run", counting_run)
     got = engine.generate("red apple", "ar", 1)
-    compiled_s = time.perf_counter() - start
-    start = time.perf_counter()
-    Engine(family, compile="off").generate("red apple", "ar", 1)
-    eager_s = time.perf_counter() - start
     assert got.trace.execution == "compiled steps"
     assert torch.equal(got.tokens, want.tokens)
-    # Not a timing goal (the bench holds those): only that the compiled steps did run, which an
-    # eager fallback would not show as a clear gain on any machine.
-    assert compiled_s < 0.8 * eager_s, (compiled_s, eager_s)
+    # Every narrow pass of the image went through a compiled package, none fell back to eager
+    # (a speed claim is the bench's: a timed test flaked under CI load).
+    # One pass for the prompt and one per fed token (the last token is sampled, never fed).
+    assert passes == {"compiled": 1 + got.tokens.numel() - 1, "eager": 0}, passes
 
 
 def test_a_failed_compile_falls_back_to_eager_and_says_why(monkeypatch, tmp_path):
