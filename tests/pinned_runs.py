@@ -1,4 +1,4 @@
-"""Runs whose tokens are pinned: every method on the toy and twemoji-64 families at a few knob
+"""Runs whose tokens are pinned: every method on the toy and emoji-16 families at a few knob
 settings, plus the bundled example traces. A refactor must leave them unchanged.
 
 ``python -m tests.pinned_runs`` rewrites ``tests/data/pinned_runs.json`` from the current code;
@@ -26,20 +26,20 @@ RUNS = [
     ("toy", "mulo", 4, {"r": 4, "resampling": "raster", "refresh": False, "k": 2, "tau": 0.3}),
     ("toy", "mulo", 5, {"drafting": "zipar", "draft_window": 2, "island_window": 2, "radius": 2}),
     ("toy", "mulo", 6, {"upsampler": "learned", "rows_per_block": 1, "temperature": 0.7, "top_k": 20}),
-    ("twemoji-64", "ar", 1, {}),
-    ("twemoji-64", "zipar", 1, {}),
-    ("twemoji-64", "sjd", 1, {}),
-    ("twemoji-64", "sd", 1, {}),
-    ("twemoji-64", "lantern", 1, {}),
-    ("twemoji-64", "mulo", 1, {}),
-    ("twemoji-64", "mulo", 2, {"island_window": 4, "drafting": "zipar", "upsampler": "learned", "refresh": False}),
-    ("twemoji-64", "mulo", 2, {"r": 4, "resampling": "raster", "radius": 1, "cfg": 2.0}),
+    ("emoji-16", "ar", 1, {}),
+    ("emoji-16", "zipar", 1, {}),
+    ("emoji-16", "sjd", 1, {}),
+    ("emoji-16", "sd", 1, {}),
+    ("emoji-16", "lantern", 1, {}),
+    ("emoji-16", "mulo", 1, {}),
+    ("emoji-16", "mulo", 2, {"island_window": 4, "drafting": "zipar", "upsampler": "learned", "refresh": False}),
+    ("emoji-16", "mulo", 2, {"r": 4, "resampling": "raster", "radius": 1, "cfg": 2.0}),
     ("toy", "eagle2", 3, {}),
     ("toy", "eagle2", 4, {"tree_budget": 9, "tree_depth": 3, "tree_top_k": 3, "temperature": 0.7}),
-    ("twemoji-64", "eagle2", 1, {}),
+    ("emoji-16", "eagle2", 1, {}),
     ("toy", "lantern", 4, {"temperature": 0.0, "lantern_k": 16, "tree_budget": 9, "tree_depth": 3, "tree_top_k": 3}),
     ("toy", "lantern_chain", 3, {"delta": 0.2, "lantern_k": 4}),
-    ("twemoji-64", "lantern_chain", 1, {}),
+    ("emoji-16", "lantern_chain", 1, {}),
 ]
 PROMPT = "red apple"
 
@@ -67,7 +67,7 @@ def main() -> int:
     from mulo.engine import Engine
     from mulo.families import load_family
 
-    engines = {name: Engine(load_family(name)) for name in ("toy", "twemoji-64")}
+    engines = {name: Engine(load_family(name)) for name in ("toy", "emoji-16")}
     pins = []
     for family, method, seed, knobs in RUNS:
         pins.append({"family": family, "method": method, "seed": seed, "knobs": knobs, **run(

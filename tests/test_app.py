@@ -131,9 +131,9 @@ def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
 def test_switching_family_shows_its_defaults_and_codebook_ranges():
     names = [k.key for k in knob_table()]
     toy = dict(zip(names, family_knobs("toy"), strict=True))
-    twemoji = dict(zip(names, family_knobs("twemoji-64"), strict=True))
-    assert toy["cfg"]["value"] == 4.0 and twemoji["cfg"]["value"] == 1.0  # each family's recommendation
-    assert twemoji["k"]["maximum"] == 31 and twemoji["top_k"]["maximum"] == 32  # 32 codes: k < 32
+    emoji = dict(zip(names, family_knobs("emoji-16"), strict=True))
+    assert toy["cfg"]["value"] == 4.0 and emoji["cfg"]["value"] == 3.0  # each family's recommendation
+    assert emoji["k"]["maximum"] == 63 and emoji["top_k"]["maximum"] == 64  # 64 codes: k < 64
     assert toy["k"]["maximum"] == 127 and toy["top_k"]["maximum"] == 128
     with pytest.raises(gr.Error, match="family must be one of"):
         family_knobs("nope")

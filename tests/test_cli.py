@@ -83,7 +83,7 @@ NO_MPS = "no MPS device is available"
         (["train", "twemoji", "--run-dir", "{file}"], "error: --run-dir {file} is a file, not a directory"),
         (["train", "twemoji", "--assets", "{file}/a"], "error: --assets {file}/a: {file} is a file, not a directory"),
         (["train", "twemoji", "--cache", "{file}"], "error: --cache {file} is a file, not a directory"),
-        (["train", "twemoji-64", "--stages", "vq,targt"], "error: unknown stage targt: the stages are data, clip"),
+        (["train", "emoji-16", "--stages", "vq,targt"], "error: unknown stage targt: the stages are data, clip"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message, tmp_path, monkeypatch, capsys):
@@ -173,13 +173,13 @@ def test_a_twemoji_family_without_weights_says_how_to_get_them(tmp_path, monkeyp
     from mulo.__main__ import main
 
     monkeypatch.setattr(mulo.families.twemoji, "ASSETS_ROOT", tmp_path)
-    (tmp_path / "twemoji-64").mkdir()
-    (tmp_path / "twemoji-64" / "target.safetensors").touch()  # the other family is shipped
+    (tmp_path / "emoji-16").mkdir()
+    (tmp_path / "emoji-16" / "target.safetensors").touch()  # the other family is shipped
     assert main(["generate", "--family", "twemoji", "--prompt", "red apple"]) == 2
     err = capsys.readouterr().err
     assert err == (
         f"error: twemoji weights missing in {tmp_path / 'twemoji'} (clip.json, clip.safetensors, vq.json...): "
-        "train them with python -m mulo train twemoji, or use --family twemoji-64 or toy\n"
+        "train them with python -m mulo train twemoji, or use --family emoji-16 or toy\n"
     ), err
 
 

@@ -1,7 +1,8 @@
-"""The shipped families, ``twemoji`` (32x32 tokens, 128 px) and ``twemoji-64`` (16x16, 64 px, still
-the default): size limits, offline loading, behaviour; the bars below were measured on each."""
+"""The default family ``twemoji`` (32x32 tokens, 128 px; a lookup table: one image per prompt): size
+limits of every shipped family, offline loading, behaviour; the bars below were measured on it.
+(``twemoji-64``, the first family, was measured here too until ``emoji-16`` took its place in
+assets/: tests/test_emoji16_family.py.)"""
 
-import json
 import os
 import subprocess
 import sys
@@ -10,9 +11,8 @@ import numpy as np
 import pytest
 
 from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, twemoji
-from tests.helpers import run_cli
 
-FAMILIES = ("twemoji", "twemoji-64")
+FAMILIES = ("twemoji",)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -78,7 +78,7 @@ def test_images_are_emoji_not_noise(engine):
 
 COMMON_PROMPTS = ("red apple", "cat face", "rocket", "grinning face", "ghost", "banana", "dog face", "christmas tree")
 # Emoji short names, what people type in an emoji picker (":pizza:"): the family conditions on the
-# emoji's name (assets/twemoji-64/aliases.json, from emoji.json). Measured on twelve (these eight and
+# emoji's name (assets/twemoji/aliases.json, from emoji.json). Measured on twelve (these eight and
 # thumbsup, star, moon, frog): 11 of 12 for AR and for MuLo-SD with aliases, 2 and 1 without.
 SHORT_NAME_PROMPTS = ("pizza", "apple", "heart", "car", "coffee", "gift", "joy", "soccer")
 # One word that is no short name of its emoji, or several emoji share ("sun": any of the six sun
@@ -104,11 +104,9 @@ def prompt_adherence(engine, q, method: str, prompts, config=None) -> float:
     return adherence(q.clip, images, keys, q.text_names, q.text_keys, text_embeddings=q.text_embeddings)
 
 
-# Bars measured on each family over these eight. twemoji-64: AR and MuLo-SD each miss grinning face
-# and christmas tree (its card's 120 prompts: adherence 0.758 AR, 0.750 MuLo-SD r = 2 at l = 2).
-# twemoji: AR 6 of 8, MuLo-SD 4 of 8 at the calibrated l = 3 (its card's 120 prompts: AR 0.850,
-# MuLo-SD r = 2 0.825; these eight are harder for MuLo-SD than the average).
-ADHERENCE_BARS = {"twemoji": {"ar": 0.75, "mulo": 0.5}, "twemoji-64": {"ar": 0.75, "mulo": 0.75}}
+# Bars measured over these eight: AR 6 of 8, MuLo-SD 4 of 8 at the calibrated l = 3 (its card's
+# 120 prompts: AR 0.850, MuLo-SD r = 2 0.825; these eight are harder for MuLo-SD than the average).
+ADHERENCE_BARS = {"twemoji": {"ar": 0.75, "mulo": 0.5}}
 
 
 @pytest.mark.parametrize("method", ["ar", "mulo"])
@@ -138,11 +136,9 @@ def test_aliases_are_recorded_and_can_be_turned_off(engine):
     assert "conditioned on *slice of pizza*" in stats_markdown(trace, None)  # the app says so
 
 
-# The models alone (aliases off) do not generalise to one word: on twemoji-64 AR and MuLo-SD 0.25
-# here (cat and dog, which are names), 0.11 and 0.08 over the card's 87 one-word prompts; on
-# twemoji 0.375 and 0.375 here, 0.18 and 0.13 over its card's 90. Training on short
-# prompts (run twemoji-v9, 512 codes) reached 0.5 here and 0.28 on the card but cost name adherence
-# (0.74 -> 0.67): see the model card.
+# The models alone (aliases off) do not generalise to one word: on twemoji 0.375 and 0.375 here, 0.18
+# and 0.13 over its card's 90. Training on short prompts (run twemoji-v9, 512 codes) reached 0.5 here
+# and 0.28 on the card but cost name adherence (0.74 -> 0.67): see the model card.
 @pytest.mark.xfail(strict=True, reason="one-word prompts are out of the AR models' training distribution")
 @pytest.mark.parametrize("method", ["ar", "mulo"])
 def test_one_word_prompts_depict_their_emoji_without_aliases(engine, quality, method):
@@ -150,8 +146,8 @@ def test_one_word_prompts_depict_their_emoji_without_aliases(engine, quality, me
 
 
 def test_acceptance_is_spatially_structured(engine):
-    """MuLo-SD accepts flat regions more often than detailed ones (the cards' 120 prompts: twemoji-64
-    0.67 vs 0.33, twemoji 0.75 vs 0.39; on these six twemoji 0.77 vs 0.47)."""
+    """MuLo-SD accepts flat regions more often than detailed ones (the card's 120 prompts: 0.75 vs 0.39;
+    on these six 0.77 vs 0.47)."""
     from mulo.eval.metrics import acceptance_by_detail
 
     flat_acc, detail_acc = [], []
@@ -172,20 +168,6 @@ def test_app_reports_prompts_with_no_known_word(family):
         list(handlers.generate("qwertyuiop zxcv", 0, family))
     *_, state = list(handlers.generate("red apple zxcv", 0, family))[-1]
     assert "unknown words ignored: zxcv" in state["views"]["MuLo-SD"].trace.warnings[0]
-
-
-def test_quick_benchmark_writes_the_contract(tmp_path):
-    """``python -m mulo bench --quick --json``: every label, quality included. On the shipped 16x16
-    family: the contract is the same, and the 32x32 default's quick table takes ~4 min on 2 cores."""
-    out = tmp_path / "quick.json"
-    proc = run_cli("bench", "--quick", "--family", "twemoji-64", "--json", out, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
-    labels = ["ar", "zipar", "sjd", "sd", "lantern", "eagle2", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
-    assert list(result["methods"]) == labels
-    for row in result["methods"].values():
-        assert row["fd"] is not None and 0 <= row["adherence"] <= 1 and row["latency_s"] > 0
-    assert result["device"] == "cpu" and result["threads"] >= 1
 
 
 def test_what_a_prompt_loses_is_reported(engine):

@@ -117,7 +117,7 @@ def test_acceptance_by_detail_splits_flat_and_detailed_tokens():
     assert acceptance_by_detail(image, [nothing]) == (None, None)
 
 
-@pytest.mark.parametrize("family", ["twemoji", "twemoji-64"])
+@pytest.mark.parametrize("family", ["twemoji", "emoji-16"])
 def test_the_model_card_template_is_filled_from_the_report(tmp_path, family):
     """The shipped family's report and metrics through the card template: every field filled, the
     report's and the evaluation's numbers in the text, and the template shipped as package data."""
@@ -145,6 +145,7 @@ def test_the_model_card_template_is_filled_from_the_report(tmp_path, family):
     assert f"| ar | {fmt(ar['fd'])} | {fmt(ar['adherence'])} | {fmt(ar['nfe_target'])} |" in text
     assert f"Over {metrics['prompts']} fixed prompts" in text and json.dumps(metrics["config"]) in text
     assert f"{recipe.px}x{recipe.px} emoji" in text and f"(width {recipe.hyper.upsampler_width}, " in text
+    assert ("stored in int8" in text) == bool(recipe.int8_models)  # how the weights are stored
     if "vq_study" in report:  # the 32x32 family: its codebook study, the pick from the report
         assert f"Picked: **{report['vq']['codes']} codes**." in text
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
@@ -165,7 +166,7 @@ def test_the_card_states_the_ar_models_own_weight_decay():
     assert weight_decay_text(loop.WEIGHT_DECAY, None) == "0.01"  # a report from before the budget named it
 
 
-@pytest.mark.parametrize("family, px", [("twemoji", 128), ("twemoji-64", 64), ("emoji", 128)])
+@pytest.mark.parametrize("family, px", [("twemoji", 128), ("emoji-16", 64), ("emoji", 128)])
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine
     from mulo.families import twemoji as family_mod
@@ -252,7 +253,7 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
     greedy = {"temperature": 0.0}
     eagle = engine.generate(prompt, "eagle2", 1, greedy)
     assert torch.equal(eagle.tokens, engine.generate(prompt, "ar", 1, greedy).tokens)
-    if family == "twemoji-64":  # a family trained before a stage existed gets it on its shipped weights
+    if family == "emoji-16":  # a family trained before a stage existed gets it on shipped weights
         adopted = twemoji.run(family, tmp_path / "adopted", tmp_path / "assets2", smoke=True, adopt=assets,
                               only=["data", "clip", "vq", "tokens", "target", "eagle"])  # fmt: skip
         assert adopted["target"]["adopted_from"] == str(assets) and "adopted_from" not in adopted["eagle"]

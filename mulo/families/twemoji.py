@@ -17,7 +17,7 @@ from diffusers import VQModel
 from safetensors.torch import load_file
 
 from mulo import families
-from mulo.families import ASSETS_ROOT
+from mulo.families import ASSETS_ROOT, int8
 from mulo.families.base import Evaluation, Family
 from mulo.models.eagle import EagleHead
 from mulo.models.gpt import GPT, GPTConfig
@@ -29,10 +29,10 @@ FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "ups
 
 
 def load_weights(folder: Path, name: str) -> tuple[dict, dict]:
-    """The JSON config and the float32 state dict of one exported model (``name``.json/.safetensors)."""
+    """The JSON config and the float32 state dict of one exported model (``name``.json/.safetensors;
+    float16, or int8 with row scales: ``mulo.families.int8``)."""
     config = json.loads((folder / f"{name}.json").read_text())
-    state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(folder / f"{name}.safetensors").items()}
-    return config, state
+    return config, int8.dequantize(load_file(folder / f"{name}.safetensors"))
 
 
 def _gpt(folder: Path, name: str) -> GPT:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from mulo.families import int8
 from mulo.families.twemoji import FILES, load_weights
 from mulo.train import data as data_mod
 from mulo.train.recipes import COND_LEN, vq_config
@@ -17,12 +18,15 @@ AR_MODELS = ("target", "drafter_r2", "drafter_r4", "draft_model")  # each with i
 
 
 def export(pipe) -> None:
-    """fp16 safetensors + JSON configs of every stage's model, the report, the recommended knob
-    values and the short-name aliases, into the pipeline's assets folder."""
+    """fp16 (or int8: the recipe's ``int8_models``) safetensors + JSON configs of every stage's
+    model, the report, the recommended knob values and the short-name aliases, into the
+    pipeline's assets folder."""
     pipe.assets.mkdir(parents=True, exist_ok=True)
 
     def save(name: str, state: dict, config: dict) -> None:
         half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in state.items()}
+        if name in pipe.recipe.int8_models:
+            half = {k: v.contiguous() for k, v in int8.quantize(half).items()}
         save_file(half, pipe.assets / f"{name}.safetensors")
         (pipe.assets / f"{name}.json").write_text(json.dumps(config, indent=1))
 

@@ -234,6 +234,7 @@ def write_model_card(
         **data_fields(report, geometry),
         "intended_use": intended_use(report, recipe["vq"]["num_vq_embeddings"]),
         "size_rows": "\n".join(f"| {name} | {fmt(mb)} |" for name, mb in sizes.items()),
+        "storage_text": storage_text(geometry.get("int8_models", ()), geometry["family"]),
         "budget_json": json.dumps(budget),
         "stage_rows": stage_rows,
         "total_minutes": f"{seconds / 60:.1f}",
@@ -247,6 +248,17 @@ def write_model_card(
     card = Template(TEMPLATE.read_text().removesuffix("\n")).substitute(fields)
     (assets / "MODEL_CARD.md").write_text(card)
     return card
+
+
+def storage_text(int8_models, family: str) -> str:
+    if not int8_models:
+        return "Every tensor is stored in float16 and loaded as float32."
+    names = ", ".join(f"`{name}`" for name in int8_models)
+    return (
+        f"{names}: every matrix of 4,096 entries or more stored in int8 with one float16 scale per "
+        "row (`mulo/families/int8.py`), to fit `assets/`; everything else in float16; all loaded as "
+        f"float32. What it changes, measured against the float16 export: `benchmarks/int8-{family}.json`."
+    )
 
 
 def model_fields(recipe: dict, budget: dict, geometry: dict) -> dict:

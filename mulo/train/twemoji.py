@@ -210,6 +210,7 @@ class Pipeline:
             px=self.recipe.px,
             svg=self.recipe.svg,
             styles=self.recipe.styles,
+            int8_models=self.recipe.int8_models,
             history=card_sections.history(self.recipe.family),
             study_rule=card_sections.study_rule(self.recipe.px),
         )

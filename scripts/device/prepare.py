@@ -42,7 +42,7 @@ WHEELS = (
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # Tracked paths the device run never reads: the second family, Tar's golden test data (its
 # tests are not GPU tests), the benchmark figures and the docs' pictures.
-SLIM = ("assets/twemoji-64", "tests/data", "benchmarks", "docs/ui.png", "resume/emoji-16")  # (a CPU run's)
+SLIM = ("assets/emoji-16", "tests/data", "benchmarks", "docs/ui.png", "resume/emoji-16")  # (a CPU run's)
 EXCLUDE = ROOT / ".git" / "info" / "exclude"
 MARK = "# device run: slimmed (scripts/device/prepare.py --unslim)"
 

@@ -1,0 +1,93 @@
+"""``emoji-16``, the shipped family that generalises (16x16 tokens at 64 px, five emoji styles, issue
+46): what it shows that the lookup-table ``twemoji`` cannot. Seeds draw different images, its own
+samples are not one memorised path, tau moves MuLo-SD's acceptance. What it does not yet do (adherence
+near real images', MuLo-SD's speed bars) is measured in its card and ``benchmarks/bars-emoji-16.json``."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from mulo.families import ASSETS_ROOT, twemoji
+from tests.helpers import run_cli
+
+FAMILY = "emoji-16"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from mulo.engine import Engine
+
+    return Engine(twemoji.build(FAMILY))
+
+
+def test_assets_are_complete_and_carry_every_styles_licence():
+    assets = ASSETS_ROOT / FAMILY
+    sizes = {p.name for p in assets.glob("*.safetensors")}
+    assert sizes == {f"{name}.safetensors" for name in (*twemoji.FILES, "eagle_head")}
+    card = (assets / "MODEL_CARD.md").read_text()
+    for attribution in ("Twitter, Inc.", "Google Inc.", "openmoji.org", "Microsoft Corporation"):
+        assert attribution in card
+    assert "shared under CC-BY-SA 4.0" in card  # OpenMoji's share-alike covers the weights
+
+
+def test_images_are_emoji_not_noise(engine):
+    """Measured at seed 0: white margins 0.92-1.00, centre deviation 0.29-0.35."""
+    for prompt in ("red apple", "rocket", "grinning face"):
+        image = engine.generate(prompt, "ar", 0).image.astype(float) / 255
+        assert image.shape == (64, 64, 3)
+        border = np.concatenate([image[:4].reshape(-1, 3), image[-4:].reshape(-1, 3)])
+        assert border.mean() > 0.85, prompt
+        assert image[20:44, 20:44].reshape(-1, 3).std() > 0.1, prompt
+
+
+def test_seeds_draw_different_images(engine):
+    """The lookup table draws one image per prompt whatever the seed (0 % of tokens differ); this
+    family's study measured 78 % on 24 prompts, 5 distinct images of 5 seeds on every one."""
+    from mulo.eval import generalisation
+
+    for prompt in ("red apple", "grinning face"):
+        images = [engine.generate(prompt, "ar", seed).tokens for seed in range(3)]
+        difference, distinct = generalisation.seed_diversity(images)
+        assert distinct == 3 and difference >= 0.3, (prompt, difference)
+
+
+def test_its_own_samples_are_not_a_memorised_path(engine):
+    """AR's samples carry >= 0.3 nats per token under the plain target (issue 46's bar; the study: 1.13)."""
+    from mulo.config import GenerationConfig
+    from mulo.eval import generalisation
+
+    result = engine.generate("red apple", "ar", 0)
+    config = GenerationConfig.from_dict(result.trace.config)
+    scores = generalisation.token_scores(engine, "red apple", 0, result.tokens, config)
+    assert scores["nll"] >= 0.3 and scores["off_nucleus"] == 0.0, scores
+
+
+def test_style_words_change_the_image(engine):
+    noto = engine.generate("red apple noto", "ar", 0)
+    openmoji = engine.generate("red apple openmoji", "ar", 0)
+    assert not noto.trace.warnings and not openmoji.trace.warnings  # style words are known words
+    assert not torch.equal(noto.tokens, openmoji.tokens)
+
+
+def test_tau_moves_acceptance(engine):
+    """A lower threshold accepts more drafts (the lookup table: 0.65 at tau 0.01, 0.63 at 0.5)."""
+    rates = []
+    for tau in (0.01, 0.5):
+        trace = engine.generate("red apple", "mulo", 0, {"tau": tau}).trace
+        rates.append(trace.rounds[0].accepted.sum() / (trace.rounds[0].draft >= 0).sum())
+    assert rates[0] >= rates[1] + 0.05, rates
+
+
+def test_quick_benchmark_writes_the_contract(tmp_path):
+    """``python -m mulo bench --quick --json`` on the 16x16 family: every label, quality included."""
+    out = tmp_path / "quick.json"
+    proc = run_cli("bench", "--quick", "--family", FAMILY, "--json", out, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    labels = ["ar", "zipar", "sjd", "sd", "lantern", "eagle2", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
+    assert list(result["methods"]) == labels
+    for row in result["methods"].values():
+        assert row["fd"] is not None and 0 <= row["adherence"] <= 1 and row["latency_s"] > 0
+    assert result["device"] == "cpu" and result["threads"] >= 1
