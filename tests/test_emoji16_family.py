@@ -24,8 +24,8 @@ def engine():
 
 def test_assets_are_complete_and_carry_every_styles_licence():
     assets = ASSETS_ROOT / FAMILY
-    sizes = {p.name for p in assets.glob("*.safetensors")}
-    assert sizes == {f"{name}.safetensors" for name in (*twemoji.FILES, "eagle_head")}
+    names = {p.name for p in assets.glob("*.safetensors")}
+    assert names == {f"{name}.safetensors" for name in (*twemoji.FILES, "eagle_head")}
     card = (assets / "MODEL_CARD.md").read_text()
     for attribution in ("Twitter, Inc.", "Google Inc.", "openmoji.org", "Microsoft Corporation"):
         assert attribution in card
@@ -72,11 +72,10 @@ def test_style_words_change_the_image(engine):
 
 
 def test_tau_moves_acceptance(engine):
-    """A lower threshold accepts more drafts (the lookup table: 0.65 at tau 0.01, 0.63 at 0.5)."""
+    """A lower threshold accepts more drafts (the lookup table twemoji: 0.639 from tau 0.001 to 0.3)."""
     rates = []
     for tau in (0.01, 0.5):
-        trace = engine.generate("red apple", "mulo", 0, {"tau": tau}).trace
-        rates.append(trace.rounds[0].accepted.sum() / (trace.rounds[0].draft >= 0).sum())
+        rates.append(engine.generate("red apple", "mulo", 0, {"tau": tau}).trace.summary()["acceptance_rate"])
     assert rates[0] >= rates[1] + 0.05, rates
 
 

@@ -25,8 +25,8 @@ def quantize(state: dict[str, torch.Tensor], min_numel: int = MIN_NUMEL) -> dict
             out[key] = value
             continue
         weight = value.float()
-        scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
-        scale = scale.half().float()  # the scale as stored, so rounding uses what loading will use
+        scale = (weight.abs().amax(dim=1) / 127).half().float()  # as stored: rounding uses what loading will
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row: any scale, not 0/0
         out[key] = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
         out[key + SCALE_SUFFIX] = scale.half()
     return out

@@ -24,9 +24,9 @@ def export(pipe) -> None:
     pipe.assets.mkdir(parents=True, exist_ok=True)
 
     def save(name: str, state: dict, config: dict) -> None:
-        half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in state.items()}
-        if name in pipe.recipe.int8_models:
-            half = {k: v.contiguous() for k, v in int8.quantize(half).items()}
+        # int8 from the float32 weights: re-exporting adopted (dequantised) weights gives the same bytes
+        packed = int8.quantize(state) if name in pipe.recipe.int8_models else state
+        half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in packed.items()}
         save_file(half, pipe.assets / f"{name}.safetensors")
         (pipe.assets / f"{name}.json").write_text(json.dumps(config, indent=1))
 

@@ -17,6 +17,7 @@ from mulo.engine import Engine
 from mulo.eval import harness
 from mulo.eval.metrics import acceptance_by_detail
 from mulo.eval.quality import Quality
+from mulo.families import int8
 from mulo.train.card_sections import (
     PNG_DATA,
     SVG_DATA,
@@ -255,7 +256,7 @@ def storage_text(int8_models, family: str) -> str:
         return "Every tensor is stored in float16 and loaded as float32."
     names = ", ".join(f"`{name}`" for name in int8_models)
     return (
-        f"{names}: every matrix of 4,096 entries or more stored in int8 with one float16 scale per "
+        f"{names}: every matrix of {int8.MIN_NUMEL:,} entries or more stored in int8 with one float16 scale per "
         "row (`mulo/families/int8.py`), to fit `assets/`; everything else in float16; all loaded as "
         f"float32. What it changes, measured against the float16 export: `benchmarks/int8-{family}.json`."
     )
