@@ -16,6 +16,14 @@ the pass's own K/V, which the package returns and the caller writes to the cache
 Wider passes (a verification over the whole grid) stay eager: their products are matrix-matrix,
 where the BLAS is near its rate.
 
+A single-token step that is sampled at once (AR's, a drafter's chain, MuLo-SD's target steps) has
+a second package, the *sampled step*: the token's embedding, the layers, the output head, CFG, the
+sampling distribution (temperature, top-k, top-p, as tensors: one package serves every request)
+and the draw itself. ``torch.multinomial`` draws one token as the arg-max of ``p / e`` for ``e``
+exponential noise from the request's generator; the caller draws that noise with the same
+generator call, so the generator moves exactly as the eager path moves it. Around a step of a
+small model, eager sampling cost as much as the model (~100 small operations): here it is one call.
+
 Packages are cached on disk by a hash of the weights, shapes, torch version and options
 (``MULO_COMPILE_CACHE``, default ``~/.cache/mulo/compiled``): a package compiles in ~20 s on two
 cores and loads in milliseconds. The compiled pass's numbers differ from eager ones by float32
@@ -91,6 +99,52 @@ class _Step(nn.Module):
         return self.norm(h), torch.stack(new_k), torch.stack(new_v)
 
 
+def graph_probs(logits, temperature, top_k, top_p):
+    """``mulo.sampling.logits_to_probs`` with its knobs as tensors and no branches, for a compiled
+    graph: ``temperature > 0``; ``top_k`` in [1, V] (V: no cut); ``top_p`` above 1: no nucleus.
+    The same operations on the same values: eagerly the two agree bit for bit (tests)."""
+    logits = logits.float() / temperature
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    kth = sorted_logits.gather(-1, (top_k - 1).expand(*logits.shape[:-1], 1))
+    logits = logits.masked_fill(logits < kth, float("-inf"))
+    # The masked logits sort as the unmasked ones (only the tail became -inf): one sort serves both.
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    over = sorted_logits.softmax(-1).cumsum(-1) > top_p
+    drop_sorted = torch.cat([torch.zeros_like(over[..., :1]), over[..., :-1]], dim=-1)  # keep the first over p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return torch.softmax(logits.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def graph_knobs(guidance: float, temperature: float, top_k: int, top_p: float, vocab_size: int):
+    """A request's sampling knobs as ``graph_probs``'s and ``_SampledStep``'s tensors:
+    ``(float32 [guidance, temperature, top_p], int64 [top_k])``."""
+    k = top_k if 0 < top_k < vocab_size else vocab_size
+    p = top_p if top_p < 1.0 else 2.0
+    return torch.tensor([guidance, max(temperature, 1e-5), p]), torch.tensor([k])
+
+
+class _SampledStep(nn.Module):
+    """One token fed and the next one sampled, in one package; see the module docstring."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.step = _Step(model)
+        self.tok_embeddings, self.abs_pe, self.output = model.tok_embeddings, model.abs_pe, model.output
+
+    def forward(self, token, pe_slot, cached_mask, k_cache, v_cache, noise, knobs, top_k):
+        """``token``, ``pe_slot [1]`` int64; ``cached_mask [1, S]`` (the query's own slot excluded);
+        the cache as ``_Step``'s; ``noise [1, V]`` exponential; ``knobs``, ``top_k`` from
+        ``graph_knobs``. Returns ``(hidden [B, 1, dim], probs [1, V], token [1], k, v)``."""
+        batch = k_cache.shape[1]
+        h = self.tok_embeddings(token)[None].expand(batch, -1, -1) + self.abs_pe[0, pe_slot]
+        hidden, k, v = self.step(h, cached_mask, cached_mask.new_ones(1, 1), k_cache, v_cache)
+        logits = self.output(hidden).float()[:, 0]
+        if batch == 2:  # classifier-free guidance, as mulo.sampling.cfg_combine
+            logits = logits[1:] + knobs[0] * (logits[:1] - logits[1:])
+        probs = graph_probs(logits, knobs[1], top_k, knobs[2])
+        return hidden, probs, (probs / noise).argmax(-1), k, v
+
+
 def _key(model) -> str:
     """The disk cache's name for a model: its weights, shapes, torch and the compile options."""
     digest = hashlib.sha256()
@@ -101,30 +155,44 @@ def _key(model) -> str:
     return digest.hexdigest()[:24]
 
 
+SAMPLED = "sampled"  # the width of the sampled single-token step's package
+
+
 @torch.no_grad()
-def _compile(model, batch: int, bucket: int, path: Path) -> None:
-    """Export ``_Step`` for ``batch`` x ``bucket`` queries (the key count and the cache's slot
-    count dynamic) and compile it into the package at ``path``."""
+def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
+    """Export ``_Step`` for ``batch`` x ``bucket`` queries, or ``_SampledStep`` (``bucket`` is
+    ``SAMPLED``), the key count and the cache's slot count dynamic, and compile it into the
+    package at ``path``."""
     c = model.config
     n_slots = c.n_positions
-    h = torch.zeros(batch, bucket, c.dim)
-    cached_mask = torch.ones(bucket, n_slots - 1, dtype=torch.bool)
-    new_mask = torch.ones(bucket, bucket, dtype=torch.bool).tril()
+    width = 1 if bucket == SAMPLED else bucket
+    cached_mask = torch.ones(width, n_slots - 1, dtype=torch.bool)
     cache = torch.zeros(c.n_layer, batch, c.n_head, n_slots, c.head_dim)
     slots = torch.export.Dim("slots", min=4, max=1 << 20)
     keys = torch.export.Dim("keys", min=2, max=1 << 20)
-    program = torch.export.export(
-        _Step(model).eval(),
-        (h, cached_mask, new_mask, cache, cache.clone()),
-        dynamic_shapes=({}, {1: keys}, {}, {3: slots}, {3: slots}),
-    )
+    if bucket == SAMPLED:
+        knobs, top_k = graph_knobs(2.0, 1.0, 0, 0.9, c.vocab_size)
+        token, pe_slot = (
+            torch.zeros(1, dtype=torch.long),
+            torch.zeros(1, dtype=torch.long),
+        )  # distinct: export ties aliased inputs
+        module, inputs = (
+            _SampledStep(model),
+            (token, pe_slot, cached_mask, cache, cache.clone(), torch.ones(1, c.vocab_size), knobs, top_k),
+        )
+        dynamic = ({}, {}, {1: keys}, {3: slots}, {3: slots}, {}, {}, {})
+    else:
+        new_mask = torch.ones(width, width, dtype=torch.bool).tril()
+        module, inputs = _Step(model), (torch.zeros(batch, width, c.dim), cached_mask, new_mask, cache, cache.clone())
+        dynamic = ({}, {1: keys}, {}, {3: slots}, {3: slots})
+    program = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{threading.get_ident()}.partial.pt2")
     torch._inductor.aoti_compile_and_package(
         program, package_path=str(partial), inductor_configs=dict(INDUCTOR_OPTIONS)
     )
     partial.replace(path)  # a package is either whole or absent, whatever interrupts a compile
-    log.info("compiled %s's %d-query pass (batch %d): %s", type(model).__name__, bucket, batch, path.name)
+    log.info("compiled %s's %s-query pass (batch %d): %s", type(model).__name__, bucket, batch, path.name)
 
 
 def _first_line(exc: Exception) -> str:
@@ -152,11 +220,13 @@ class StepCompiler:
         self.failures: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()
 
-    def path(self, batch: int, bucket: int) -> Path:
-        return cache_dir() / f"step-{self.key}-b{batch}-q{bucket}.pt2"
+    def path(self, batch: int, bucket: int | str) -> Path:
+        name = SAMPLED if bucket == SAMPLED else f"q{bucket}"
+        return cache_dir() / f"step-{self.key}-b{batch}-{name}.pt2"
 
-    def _package(self, batch: int, bucket: int):
-        """The loaded package, or None (failed, or compiling in the background)."""
+    def _package(self, batch: int, bucket: int | str):
+        """The loaded package as a function of a list of tensors returning a list (the loader's
+        boxed call: no pytree work per pass), or None (failed, or compiling in the background)."""
         shape = (batch, bucket)
         if shape in self.runs:
             return self.runs[shape]
@@ -175,7 +245,9 @@ class StepCompiler:
             except Exception as exc:  # export, compiler or loader: eager for this shape
                 self._fail(shape, exc)
                 return None
-        self.runs[shape] = torch._inductor.aoti_load_package(str(path))
+        package = torch._inductor.aoti_load_package(str(path))
+        loader = getattr(package, "loader", None)
+        self.runs[shape] = loader.boxed_run if hasattr(loader, "boxed_run") else (lambda inputs: list(package(*inputs)))
         return self.runs[shape]
 
     def _compile_quietly(self, shape, path) -> None:
@@ -189,7 +261,7 @@ class StepCompiler:
 
     def _fail(self, shape, exc: Exception) -> None:
         self.failures[shape] = f"compile failed ({_first_line(exc)})"
-        log.warning("passes of batch %d, %d queries stay eager: %s", *shape, self.failures[shape])
+        log.warning("passes of batch %d, %s queries stay eager: %s", *shape, self.failures[shape])
 
     def run(self, h, mask, cache, slots):
         """The pass of queries ``h [B, Q, dim]`` at cache ``slots [Q]`` under ``mask [Q, S]`` (already
@@ -216,7 +288,7 @@ class StepCompiler:
             square = torch.eye(bucket, dtype=torch.bool)
             square[:q_len, :q_len] = new_mask
             new_mask = square
-        hidden, k, v = run(h, cached_mask, new_mask, cache.k, cache.v)
+        hidden, k, v = run([h, cached_mask, new_mask, cache.k, cache.v])
         if q_len == 1:
             cache.k[:, :, :, slot] = k[:, :, :, 0]
             cache.v[:, :, :, slot] = v[:, :, :, 0]
@@ -224,6 +296,23 @@ class StepCompiler:
             cache.k[:, :, :, slots] = k[:, :, :, :q_len]
             cache.v[:, :, :, slots] = v[:, :, :, :q_len]
         return hidden[:, :q_len]
+
+    def sampled(self, token: int, slot: int, pe_slot: int, cache, knobs, generator):
+        """The sampled step: ``token`` fed at cache ``slot`` (position embedding ``pe_slot``), seeing
+        every slot before it, its K/V written; returns ``(hidden [B, 1, dim], probs [1, V], next
+        token [1])``, drawn with ``generator`` as ``torch.multinomial`` draws (noise ``[1, V]``), or
+        None without a package (the caller samples eagerly; the generator has not moved)."""
+        run = self._package(cache.k.shape[1], SAMPLED)
+        if run is None:
+            return None
+        noise = torch.empty(1, self.model.config.vocab_size).exponential_(generator=generator)
+        cache.written[slot] = True
+        seen = torch.ones(1, slot, dtype=torch.bool)
+        inputs = [torch.tensor([token]), torch.tensor([pe_slot]), seen, cache.k, cache.v, noise, *knobs]
+        hidden, probs, drawn, k, v = run(inputs)
+        cache.k[:, :, :, slot] = k[:, :, :, 0]
+        cache.v[:, :, :, slot] = v[:, :, :, 0]
+        return hidden, probs, drawn
 
     def state(self, batch: int) -> str:
         """How this model's narrow passes of ``batch`` run (a trace's ``execution``)."""

@@ -28,7 +28,7 @@ import torch
 
 from mulo.graphs import PassGraphs
 from mulo.models.gpt import GPT, KVCache
-from mulo.sampling import cfg_combine, logits_to_probs
+from mulo.sampling import cfg_combine, logits_to_probs, sample
 
 
 class ModelRunner:
@@ -76,6 +76,7 @@ class ModelRunner:
         self.nfe = 0
         self.widths: list[int] = []  # tokens fed by each forward pass (the bench prices passes by width)
         self.first_logits: torch.Tensor | None = None
+        self._graph_knobs = None  # the sampling knobs as the sampled step's tensors, made at first use
 
     # -- forward passes ----------------------------------------------------------------------
     def _guided(self, logits: torch.Tensor) -> torch.Tensor:
@@ -163,6 +164,35 @@ class ModelRunner:
         logits, _ = self._feed_through(seq, last)
         return logits[-1]
 
+    def sample_next(self, seq: torch.Tensor, u: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """A token for position ``u`` given ``seq[:u]``, drawn with ``generator``, and the distribution
+        ``[V]`` it was drawn from: ``sampling.sample(probs(next_logits(seq, u)))``, and the same
+        draw from the generator. A step that feeds one token runs as the model's sampled step when it
+        has one (``mulo.compiled``): noise drawn here as ``multinomial`` draws it, the rest compiled."""
+        last = u - 1
+        compiled = self.model.compiled
+        if compiled is not None and self.graphs is None and self.sampling[0] > 0 and u > 0 and self._in_step(seq, last):
+            if self._graph_knobs is None:
+                from mulo.compiled import graph_knobs  # (mulo.compiled imports this module)
+
+                self._graph_knobs = graph_knobs(self.guidance, *self.sampling, self.vocab_size)
+            token, slot = int(seq[last]), self.n_cond + last
+            with torch.no_grad():
+                out = compiled.sampled(token, slot, slot, self.cache, self._graph_knobs, generator)
+            if out is not None:  # (None: no package yet, compiling in the background)
+                self._record_step(last, token)
+                return out[2][0], out[1][0]
+        probs = self.probs(self.next_logits(seq, u))
+        return sample(probs.float().cpu(), generator), probs
+
+    def _record_step(self, position: int, token: int) -> None:
+        """The bookkeeping of one fed slot (``_feed_one``'s)."""
+        self.nfe += 1
+        self.widths.append(1)
+        self._fed[position] = token
+        if self._stale_from <= position:
+            self._stale_from = position + 1
+
     def _in_step(self, seq: torch.Tensor, last: int) -> bool:
         """Whether feeding ``last`` alone brings the cache in line with ``seq`` (AR's and every
         chain's step: every slot before it holds ``seq`` and none is stale), on exact shapes."""
@@ -184,11 +214,7 @@ class ModelRunner:
         mask = torch.ones(1, slot + 1, dtype=torch.bool, device=self.device)
         hidden = self.model.forward_hidden(embeddings, torch.tensor([slot], device=self.device), mask, self.cache)
         logits = self.model.output(hidden).float()
-        self.nfe += 1
-        self.widths.append(1)
-        self._fed[position] = token
-        if self._stale_from <= position:
-            self._stale_from = position + 1
+        self._record_step(position, token)
         return self._guided(logits)[0], hidden
 
     def span_probs(self, seq: torch.Tensor, lo: int, hi: int) -> torch.Tensor:

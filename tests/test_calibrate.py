@@ -3,6 +3,8 @@ knob at a time, on crafted measurements (what each setting costs and how good it
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from mulo.engine import Engine
@@ -59,3 +61,54 @@ def test_a_missing_acceptance_is_shown_as_missing():
     row = {"nfe_speedup": 1.5, "acceptance": None, "adherence": None, "fd": None}
     point = {"settings": {"k": 0}, "keeps_quality": True, **dict.fromkeys(calibrate.LABELS, row)}
     assert "accepted —" in calibrate.describe(point) and "accepted 0.000" not in calibrate.describe(point)
+
+
+def test_a_saved_search_resumes_without_rerunning_its_points(toy, monkeypatch):
+    calls = []
+
+    def counting_measure(engine, label, prompt, seed, overrides=None, extra=None):
+        calls.append((label, json.dumps(overrides, sort_keys=True)))
+        return fake_measure(engine, label, prompt, seed, overrides, extra)
+
+    monkeypatch.setattr(harness, "measure", counting_measure)
+    monkeypatch.setattr(bench, "step_costs", lambda engine, prompt: {"drafter_r2": 0.5, "drafter_r4": 0.25})
+    engine, prompts = Engine(toy), [("k1", "red apple"), ("k2", "cat")]
+    saves = []
+    first = calibrate.calibrate(
+        engine, prompts, FakeQuality(), {"radius": (0, 1, 2)}, start={"tau": 0.1, "k": 0}, save=saves.append
+    )
+    assert first["settings"] == {"radius": 1, "tau": 0.1, "k": 0}  # the start's knobs are kept
+    assert len(saves) == 3 and [len(s["points"]) for s in saves] == [1, 2, 3]  # saved after every point
+    partial = json.loads(json.dumps(saves[1]))  # as read back from disk, stopped after two points
+    calls.clear()
+    resumed = calibrate.calibrate(
+        engine, prompts, FakeQuality(), {"radius": (0, 1, 2)}, start={"tau": 0.1, "k": 0}, saved=partial
+    )
+    assert resumed["settings"] == first["settings"] and resumed["ar"] == partial["ar"]
+    assert {label for label, _ in calls} == set(calibrate.LABELS)  # no AR re-run
+    assert len(calls) == len(prompts) * len(calibrate.LABELS)  # only the third point ran
+    calls.clear()
+    calibrate.calibrate(engine, prompts[:1], FakeQuality(), {"radius": (0, 1, 2)}, saved=partial)
+    assert ("ar", "{}") in calls  # other prompts: nothing re-used
+
+
+def test_the_cli_names_a_bad_start_or_knob_in_one_line(capsys):
+    assert calibrate.main(["--family", "toy", "--start", "tau=x"]) == 2
+    assert calibrate.main(["--family", "toy", "--knobs", "tau,depth"]) == 2
+    assert calibrate.main(["--family", "toy", "--resume"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and "tau" in lines[0] and "depth" in lines[1] and "--json" in lines[2]
+    assert calibrate.parse_start("tau=0.1, drafting=zipar,k=1") == {"tau": 0.1, "drafting": "zipar", "k": 1}
+
+
+def test_ar_at_other_seeds_is_the_same_prompts_run_again(toy, monkeypatch):
+    seeds = []
+
+    def seeded(engine, label, prompt, seed, overrides=None, extra=None):
+        seeds.append(seed)
+        return fake_measure(engine, label, prompt, seed, overrides, extra)
+
+    monkeypatch.setattr(harness, "measure", seeded)
+    row = calibrate.ar_other_seeds(Engine(toy), [("k1", "red apple"), ("k2", "cat")], FakeQuality())
+    assert seeds == [calibrate.OTHER_SEEDS, calibrate.OTHER_SEEDS + 1]  # not the search's seeds 0, 1
+    assert row["fd"] == 1.0 and row["adherence"] == 0.8

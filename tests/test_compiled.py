@@ -17,6 +17,7 @@ from mulo import compiled, methods
 from mulo.engine import Engine
 from mulo.families import load_family, toy
 from mulo.models.gpt import GPT, GPTConfig, KVCache, init_random_
+from mulo.sampling import logits_to_probs
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,22 +97,75 @@ def test_default_family_ar_keeps_its_tokens_with_every_step_compiled(monkeypatch
     want = Engine(family, compile="off").generate("red apple", "ar", 1)
     engine = Engine(family, compile="on")
     engine.generate("red apple", "ar", 0)  # compiles (or loads) the step
-    passes = {"compiled": 0, "eager": 0}
-    run = compiled.StepCompiler.run
+    passes = {"compiled": 0, "sampled": 0, "eager": 0}
+    run, sampled = compiled.StepCompiler.run, compiled.StepCompiler.sampled
 
     def counting_run(self, *args):
         hidden = run(self, *args)
         passes["eager" if hidden is None else "compiled"] += 1
         return hidden
 
+    def counting_sampled(self, *args):
+        out = sampled(self, *args)
+        passes["eager" if out is None else "sampled"] += 1
+        return out
+
     monkeypatch.setattr(compiled.StepCompiler, "run", counting_run)
+    monkeypatch.setattr(compiled.StepCompiler, "sampled", counting_sampled)
     got = engine.generate("red apple", "ar", 1)
     assert got.trace.execution == "compiled steps"
     assert torch.equal(got.tokens, want.tokens)
     # Every narrow pass of the image went through a compiled package, none fell back to eager
-    # (a speed claim is the bench's: a timed test flaked under CI load).
-    # The prompt's pass and one per fed token: every token but the last, which is only sampled.
-    assert passes == {"compiled": got.tokens.numel(), "eager": 0}, passes
+    # (a speed claim is the bench's: a timed test flaked under CI load): the prompt's pass, then
+    # one sampled step per fed token (every token but the first, which the prompt's pass gives).
+    assert passes == {"compiled": 1, "sampled": got.tokens.numel() - 1, "eager": 0}, passes
+
+
+def test_graph_probs_is_the_eager_sampling_distribution_bit_for_bit():
+    """The sampled step's distribution (knobs as tensors, no branches) against ``logits_to_probs``
+    on crafted logits: ties at the top-k and top-p cuts, -inf entries, every knob's edge values."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randn(40, 32, generator=generator) * 3
+    rows[1, :4] = rows[1, 4]  # a tie across the top-k cut
+    rows[2] = 0.0  # all equal: top-p keeps the first of the ties
+    rows[3, 10:] = float("-inf")
+    for logits in rows[:, None]:
+        for temperature in (1.0, 0.5, 1.7):
+            for top_k in (0, 1, 5, 32, 40):
+                for top_p in (1.0, 0.95, 0.5, 0.0):
+                    knobs, k = compiled.graph_knobs(1.0, temperature, top_k, top_p, 32)
+                    want = logits_to_probs(logits, temperature, top_k, top_p)
+                    got = compiled.graph_probs(logits, knobs[1], k, knobs[2])
+                    assert torch.equal(got, want), (temperature, top_k, top_p)
+
+
+def test_a_sampled_step_draws_as_multinomial_and_falls_back_without_moving_the_generator(monkeypatch):
+    """Every package replaced by its module run eagerly (no compiler): the plumbing alone. The
+    methods whose steps are sampled in one call keep their tokens and the generator its stream; a
+    sampled step without its package leaves the generator where multinomial would find it."""
+    family = toy.build()
+    want = {name: Engine(family, compile="off").generate("a", name, 5) for name in ("ar", "sd", "mulo")}
+
+    sampled_steps = []
+
+    def eager_module(self, batch, bucket):
+        module = (compiled._SampledStep if bucket == compiled.SAMPLED else compiled._Step)(self.model).eval()
+        sampled_steps.extend([self.model] if bucket == compiled.SAMPLED else [])
+        return lambda inputs: list(module(*inputs))
+
+    monkeypatch.setattr(compiled.StepCompiler, "_package", eager_module)
+    engine = Engine(family, compile="on")
+    config = {"drafting": "sequential"}  # MuLo-SD's drafter then steps one token at a time, sampled
+    for name, expected in want.items():
+        got = engine.generate("a", name, 5, config if name == "mulo" else None)
+        if name == "mulo":
+            expected = Engine(family, compile="off").generate("a", name, 5, config)
+        assert torch.equal(got.tokens, expected.tokens), name
+        assert got.trace.nfe == expected.trace.nfe, name
+    # AR's and MuLo-SD's targets, SD's draft model and MuLo-SD's drafter took sampled steps
+    assert {id(m) for m in sampled_steps} == {id(m) for m in (family.target, family.draft_model, family.drafters[2])}
+    monkeypatch.setattr(compiled.StepCompiler, "_package", lambda self, batch, bucket: None)
+    assert torch.equal(Engine(family, compile="on").generate("a", "ar", 5).tokens, want["ar"].tokens)
 
 
 def test_a_failed_compile_falls_back_to_eager_and_says_why(monkeypatch, tmp_path):

@@ -9,6 +9,13 @@ adherence is within 0.03 of AR's and FD within 10 % (``bench.at_ar_quality``); a
 highest geometric mean of the two NFE speed-ups (``bench.nfe_speedup``: drafter passes weighted by
 their measured cost) sets the knob. A knob no value of which keeps AR's quality keeps its default.
 It prints every point and the settings found: what ``defaults.json`` should hold.
+
+On many prompts the search takes hours on a CPU, so it can start elsewhere than the family's
+defaults (``--start tau=0.1,k=0``), search a subset of the knobs in a chosen order (``--knobs
+tau,k,radius``) and, with ``--json``, it saves after every point; ``--resume`` re-uses the saved
+AR row and points measured on the same prompts, so a stopped search goes on where it was.
+``--ar-spread`` also runs AR at other seeds: how far FD moves with the seeds alone, the noise
+the 10 % criterion stands against.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import math
 import sys
 from pathlib import Path
 
+from mulo.config import validate
 from mulo.engine import Engine
 from mulo.eval import bench, harness
 from mulo.eval.quality import Quality
@@ -33,14 +41,35 @@ SEARCH: dict[str, tuple] = {
 }
 
 
-def calibrate(engine: Engine, prompts: list[tuple[str, str]], quality: Quality | None, search=SEARCH, log=None):
-    """The coordinate search over ``prompts`` [(key, prompt)]; returns {"ar", "points", "settings"}."""
+def calibrate(
+    engine: Engine,
+    prompts: list[tuple[str, str]],
+    quality: Quality | None,
+    search=SEARCH,
+    log=None,
+    start: dict | None = None,
+    saved: dict | None = None,
+    save=None,
+):
+    """The coordinate search over ``prompts`` [(key, prompt)] from the family's defaults updated by
+    ``start``; returns {"prompts", "ar", "points", "settings", "step_cost"}. ``saved``: an earlier
+    such result whose AR row and points are re-used when its prompts are these; ``save(result)``
+    is called after every new point with the result so far."""
     keys = [key for key, _ in prompts]
-    ar = harness.aggregate(harness.run(engine, [("ar", "ar", {})], prompts)["ar"], quality=quality, keys=keys)
-    costs = bench.step_costs(engine, prompts[0][1])
+    reuse = saved is not None and saved.get("prompts") == keys
+    if reuse:
+        ar, costs = saved["ar"], saved["step_cost"]
+    else:
+        ar = harness.aggregate(harness.run(engine, [("ar", "ar", {})], prompts)["ar"], quality=quality, keys=keys)
+        costs = bench.step_costs(engine, prompts[0][1])
     defaults = engine.make_config(None).to_dict()
-    settings = {knob: defaults[knob] for knob in search}
+    settings = {**{knob: defaults[knob] for knob in search}, **(start or {})}
     seen: dict[str, dict] = {}
+    if reuse:
+        seen.update((json.dumps(p["settings"], sort_keys=True), p) for p in saved["points"])
+
+    def result() -> dict:
+        return {"prompts": keys, "ar": ar, "points": list(seen.values()), "settings": settings, "step_cost": costs}
 
     def evaluate(candidate: dict) -> dict:
         name = json.dumps(candidate, sort_keys=True)
@@ -56,6 +85,8 @@ def calibrate(engine: Engine, prompts: list[tuple[str, str]], quality: Quality |
             seen[name] = point
             if log:
                 log(point)
+            if save:
+                save(result())
         return seen[name]
 
     for knob, values in search.items():
@@ -63,7 +94,7 @@ def calibrate(engine: Engine, prompts: list[tuple[str, str]], quality: Quality |
         kept = [p for p in kept if p["keeps_quality"]]
         if kept:
             settings = max(kept, key=lambda p: p["score"])["settings"]
-    return {"ar": ar, "points": list(seen.values()), "settings": settings, "step_cost": costs}
+    return result()
 
 
 def describe(point: dict) -> str:
@@ -82,20 +113,70 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default=DEFAULT_FAMILY)
     parser.add_argument("--prompts", type=int, default=24, help="evaluation prompts (default 24)")
-    parser.add_argument("--json", type=Path, help="write the points and the settings found here")
+    parser.add_argument("--json", type=Path, help="write the points and the settings found here, after every point")
+    parser.add_argument("--start", default="", help="knob=value,... to start from instead of the family's defaults")
+    parser.add_argument("--knobs", default=",".join(SEARCH), help="the knobs to search, in order (default: all)")
+    parser.add_argument("--resume", action="store_true", help="re-use the points already in --json")
+    parser.add_argument("--ar-spread", action="store_true", help="also run AR at other seeds (FD's noise)")
     args = parser.parse_args(argv)
     try:
+        start, search = parse_start(args.start), {knob: SEARCH[knob] for knob in _knob_list(args.knobs)}
+        if args.resume and not args.json:
+            raise ValueError("--resume needs --json (the file to resume from)")
+        saved = json.loads(args.json.read_text()) if args.resume and args.json.exists() else None
         engine = Engine(load_family(args.family))
-    except (ValueError, FileNotFoundError) as exc:
+        fam = engine.family  # a bad --start value fails here, before any run
+        validate(engine.make_config(start), vocab_size=fam.vocab_size, ratios=fam.ratios, grid=fam.grid)
+    except (ValueError, FileNotFoundError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     quality = Quality.for_family(engine.family)
     prompts = bench.prompt_pool(quality)[: args.prompts]
-    result = calibrate(engine, prompts, quality, log=lambda p: print(describe(p), flush=True))
+    save = (lambda r: args.json.write_text(json.dumps(r, indent=1))) if args.json else None
+    result = calibrate(engine, prompts, quality, search, lambda p: print(describe(p), flush=True), start, saved, save)
+    if args.ar_spread:
+        same = saved is not None and saved.get("prompts") == result["prompts"] and "ar_other_seeds" in saved
+        result["ar_other_seeds"] = saved["ar_other_seeds"] if same else ar_other_seeds(engine, prompts, quality)
+        other, ar = result["ar_other_seeds"], result["ar"]
+        spread = f"FD {other['fd']:.3f} ({other['fd'] / ar['fd']:.3f}x AR's), adherence {other['adherence']:.3f}"
+        print(f"AR at seeds {OTHER_SEEDS}+: {spread}")
     print(json.dumps({"ar": result["ar"], "settings": result["settings"]}, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    if save:
+        save(result)
     return 0
+
+
+OTHER_SEEDS = 1000  # AR again from this seed on: how far FD moves with the seeds alone
+
+
+def ar_other_seeds(engine: Engine, prompts: list[tuple[str, str]], quality: Quality | None) -> dict:
+    """AR's row on the same prompts at other seeds: the noise against which "FD within 10 % of
+    AR's" is judged (a point's FD moves this much by its seeds alone)."""
+    keys = [key for key, _ in prompts]
+    records = harness.run(engine, [("ar", "ar", {})], prompts, seed=OTHER_SEEDS)["ar"]
+    return harness.aggregate(records, quality=quality, keys=keys)
+
+
+def _knob_list(text: str) -> list[str]:
+    knobs = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in knobs if k not in SEARCH]
+    if unknown or not knobs:
+        raise ValueError(f"--knobs takes some of {', '.join(SEARCH)} (got {text!r})")
+    return knobs
+
+
+def parse_start(text: str) -> dict:
+    """``"tau=0.1,drafting=zipar"`` -> {"tau": 0.1, "drafting": "zipar"} (numbers as numbers)."""
+    start = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        knob, sep, value = item.partition("=")
+        if not sep or not knob.strip():
+            raise ValueError(f"--start takes knob=value pairs separated by commas (got {item!r})")
+        try:
+            start[knob.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            start[knob.strip()] = value.strip()
+    return start
 
 
 if __name__ == "__main__":

@@ -22,6 +22,6 @@ def generate(ctx: DecodeContext):
             if row == 0:
                 target.prefill()
             for u in range(row * width, (row + 1) * width):
-                x[u] = ctx.sample(target.probs(target.next_logits(x, u)))
+                x[u] = ctx.sample_next(target, x, u)
         yield ctx.close(rnd, x)
     return x.reshape(height, width)

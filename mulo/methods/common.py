@@ -55,6 +55,11 @@ class DecodeContext:
         Sampling on the CPU keeps a seed's tokens independent of the model's device."""
         return sample(probs.float().cpu(), self.generator)
 
+    def sample_next(self, runner: ModelRunner, seq: torch.Tensor, u: int) -> torch.Tensor:
+        """The token of position ``u`` given ``seq[:u]``: ``sample(runner.probs(runner.next_logits(seq,
+        u)))``, in one compiled call where the runner has one (``ModelRunner.sample_next``)."""
+        return runner.sample_next(seq, u, self.generator)[0]
+
     def phase(self, name: str):
         return self.timer.phase(name)
 

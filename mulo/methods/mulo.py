@@ -130,7 +130,7 @@ def draft(run: MuloRun, block: Block, rnd: Round) -> None:
                 fill.step()
         else:
             for u in range(block.a * low_w, block.b * low_w):
-                y[u] = ctx.sample(drafter.probs(drafter.next_logits(y, u)))
+                y[u] = ctx.sample_next(drafter, y, u)
     low_draft = np.full(low_h * low_w, -1, dtype=np.int64)
     low_draft[block.a * low_w : block.b * low_w] = y[block.a * low_w : block.b * low_w].numpy()
     rnd.low_draft = low_draft.reshape(low_h, low_w)
@@ -263,7 +263,7 @@ def resample(ctx: DecodeContext, target, seq, probs_t0, t0: int, reopened, label
         target.mark_stale(t0 + 1)  # every slot after t0 saw a rejected draft
     if knobs.resampling == "raster":
         for u in unresolved.nonzero()[:, 0].tolist():
-            seq[u] = ctx.sample(target.probs(target.next_logits(seq, u)))
+            seq[u] = ctx.sample_next(target, seq, u)
             waves[u] = waves.max() + 1
         return waves
     wave = 1

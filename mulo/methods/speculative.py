@@ -29,9 +29,8 @@ def _draft(ctx: DecodeContext, drafter, seq: torch.Tensor, n: int, count: int):
     """Sample ``count`` draft tokens at positions n.. into ``seq``; returns their q ``[count, V]``."""
     qs = []
     for u in range(n, n + count):
-        q = drafter.probs(drafter.next_logits(seq, u)).cpu()
-        seq[u] = ctx.sample(q)
-        qs.append(q)
+        seq[u], q = drafter.sample_next(seq, u, ctx.generator)
+        qs.append(q.cpu())
     return torch.stack(qs)
 
 
