@@ -1,6 +1,7 @@
 """Issue 46's behavioural bars for a family, measured on its evaluation prompts.
 
-    python scripts/family_bars.py --family emoji-16 --prompts 24 --json benchmarks/bars-emoji-16.json
+    python scripts/family_bars.py --family emoji-16 --prompts 24 --json benchmarks/bars-emoji-16.json \
+        --figure docs/emoji16-red-apple.png
 
 - tau: MuLo-SD v2 (r = 2) at each tau with the family's other defaults: acceptance, target NFE and
   the re-opened share, averaged over the prompts (the bar: both move monotonically over
@@ -9,7 +10,10 @@
 - locality: the re-opened share at the defaults (bar: <= 60 %), and the islands of "grinning
   face", seed 0, round by round;
 - "red apple", seeds 0-4: whether the mini-CLIP ranks the prompt's emoji in its top 5 for AR's
-  image and MuLo-SD's, seed by seed (bar: MuLo-SD depicts it as well as AR for the same seed).
+  image and MuLo-SD's, seed by seed (bar: MuLo-SD depicts it as well as AR for the same seed);
+  ``--figure`` draws those ten images with their ranks.
+
+Wall-clock columns (``speedup``) are timings only when nothing else ran beside the script.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ def main() -> None:
     parser.add_argument("--family", default="emoji-16")
     parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--figure", type=Path, help="the red apple's AR and MuLo-SD images, seeds 0-4, as a PNG")
     args = parser.parse_args()
     engine = Engine(load_family(args.family))
     quality = Quality.for_family(engine.family)
@@ -67,16 +72,39 @@ def main() -> None:
     default = engine.generate("grinning face", "mulo", 0)
     out["grinning_face_islands"] = [r.n_islands for r in default.trace.rounds]
     out["grinning_face_reopened"] = default.trace.summary()["reopened_fraction"]
-    apple = []
+    apple, images = [], {}
     fits = quality.keys_for("red apple")
     for seed in range(5):
-        ranks = {m: quality.prompt_rank(engine.generate("red apple", m, seed).image, fits) for m in ("ar", "mulo")}
+        for method in ("ar", "mulo"):
+            images[method, seed] = engine.generate("red apple", method, seed).image
+        ranks = {m: quality.prompt_rank(images[m, seed], fits) for m in ("ar", "mulo")}
         apple.append({"seed": seed, **ranks})
     out["red_apple_rank"] = apple  # the rank of the prompt's emoji among the family's texts (1 = first)
+    if args.figure:
+        red_apple_figure(images, apple, args.family, args.figure)
     text = json.dumps(out, indent=1, default=float)
     if args.json:
         args.json.write_text(text + "\n")
     print(text)
+
+
+def red_apple_figure(images: dict, ranks: list[dict], family: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 5, figsize=(7.5, 3.6))
+    for row, (method, label) in enumerate((("ar", "AR"), ("mulo", "MuLo-SD"))):
+        for seed in range(5):
+            ax = axes[row, seed]
+            ax.imshow(images[method, seed], interpolation="nearest")
+            ax.set_title(f"{label}, seed {seed}: rank {ranks[seed][method]}", fontsize=7)
+            ax.axis("off")
+    fig.suptitle(f'"red apple" on {family} at its defaults (rank of the prompt by the mini-CLIP, 1 = best)', fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

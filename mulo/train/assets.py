@@ -68,6 +68,9 @@ def adopt_assets(pipe, folder: Path) -> None:
         elif name in AR_MODELS:
             (pipe.run / f"{name}.json").write_text(json.dumps(config))
     adopted = json.loads((folder / "training_report.json").read_text())
+    # The family's own assets give back its own report (a new machine rebuilding the run folder):
+    # nothing to stamp. Another family's keep where they came from, an entry's own origin first.
+    own = folder.resolve() == Path(pipe.assets).resolve()
     for stage, entry in adopted.items():
-        pipe.report.setdefault(stage, {**entry, "adopted_from": str(folder)})
+        pipe.report.setdefault(stage, entry if own else {"adopted_from": str(folder), **entry})
     pipe.report_path.write_text(json.dumps(pipe.report, indent=1))
