@@ -42,12 +42,11 @@ def rounds_shown(page: Page) -> tuple[int, int]:
 def pick_run(page: Page, name: str) -> int:
     """Choose run ``name`` in the Rounds panel; returns its number of rounds once shown at round 1."""
     page.locator("#run-pick").get_by_label(name, exact=True).check()
-    line = re.compile(rf"(?<![\w-]){re.escape(name)} · round 1 / (\d+)")  # "SD", not "MuLo-SD"
-    expect(page.locator("#round-info")).to_contain_text(line, timeout=30_000)
+    shown = re.compile(rf"(?<![\w-]){re.escape(name)} · round (\d+) / (\d+)")  # "SD", not "MuLo-SD"
+    expect(page.locator("#round-info")).to_contain_text(shown, timeout=30_000)
     page.wait_for_timeout(500)  # the slider's range arrives with the same event
     # read it once it holds still at round 1: a redraw queued by the last run's controls may land
-    # after the switch; "previous" brings the panel back to round 1 then
-    shown = re.compile(rf"(?<![\w-]){re.escape(name)} · round (\d+) / (\d+)")
+    # after the switch and show the run at the last run's round; "previous" brings it back to 1
     for _ in range(60):
         found = shown.search(page.locator("#round-info").inner_text())
         if found and found.group(1) == "1":
