@@ -109,11 +109,11 @@ def pass_rows(engine: Engine, prompt: str, bytes_per_s: float, flops_per_s: floa
     return rows
 
 
-def step_rows(family, prompt: str) -> dict:
+def step_rows(family, prompt: str, bw: float, rate: float) -> dict:
     """What a sampled single-token step costs (``ModelRunner.sample_next``: the token fed, the
-    distribution, the draw) mid-grid, eager and compiled, beside the forward's floor."""
+    distribution, the draw) mid-grid, eager and compiled, beside the forward's floor at the
+    bandwidth ``bw`` and matrix rate ``rate`` the run measured once."""
     rows = {}
-    bw, rate = bandwidth("cpu", 256), floor.matrix_rate("cpu")
     for label, mode in (("eager", "off"), ("compiled", "on")):
         engine = Engine(family, compile=mode)
         knobs = engine.make_config(None)
@@ -181,7 +181,7 @@ def main() -> None:
         fast.generate(args.prompt, method, 0)
     out["execution"] = fast.compilation
     out["passes_compiled"] = pass_rows(fast, args.prompt, bw, rate)
-    out["steps"] = step_rows(family, args.prompt)
+    out["steps"] = step_rows(family, args.prompt, bw, rate)
     images = {}
     baseline = BaselineAR(args.baseline.resolve(), args.family, args.prompt) if args.baseline else None
     # Each engine keeps its own copy of the family (attaching compiled passes is per model), loaded
