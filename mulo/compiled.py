@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from mulo.runner import query_bucket
+from mulo.sampling import graph_knobs, graph_probs
 
 log = logging.getLogger(__name__)
 
@@ -99,30 +100,6 @@ class _Step(nn.Module):
         return self.norm(h), torch.stack(new_k), torch.stack(new_v)
 
 
-def graph_probs(logits, temperature, top_k, top_p):
-    """``mulo.sampling.logits_to_probs`` with its knobs as tensors and no branches, for a compiled
-    graph: ``temperature > 0``; ``top_k`` in [1, V] (V: no cut); ``top_p`` above 1: no nucleus.
-    The same operations on the same values: eagerly the two agree bit for bit (tests)."""
-    logits = logits.float() / temperature
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    kth = sorted_logits.gather(-1, (top_k - 1).expand(*logits.shape[:-1], 1))
-    logits = logits.masked_fill(logits < kth, float("-inf"))
-    # The masked logits sort as the unmasked ones (only the tail became -inf): one sort serves both.
-    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
-    over = sorted_logits.softmax(-1).cumsum(-1) > top_p
-    drop_sorted = torch.cat([torch.zeros_like(over[..., :1]), over[..., :-1]], dim=-1)  # keep the first over p
-    drop = drop_sorted.scatter(-1, order, drop_sorted)
-    return torch.softmax(logits.masked_fill(drop, float("-inf")), dim=-1)
-
-
-def graph_knobs(guidance: float, temperature: float, top_k: int, top_p: float, vocab_size: int):
-    """A request's sampling knobs as ``graph_probs``'s and ``_SampledStep``'s tensors:
-    ``(float32 [guidance, temperature, top_p], int64 [top_k])``."""
-    k = top_k if 0 < top_k < vocab_size else vocab_size
-    p = top_p if top_p < 1.0 else 2.0
-    return torch.tensor([guidance, max(temperature, 1e-5), p]), torch.tensor([k])
-
-
 class _SampledStep(nn.Module):
     """One token fed and the next one sampled, in one package; see the module docstring."""
 
@@ -175,11 +152,9 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
         token, pe_slot = (
             torch.zeros(1, dtype=torch.long),
             torch.zeros(1, dtype=torch.long),
-        )  # distinct: export ties aliased inputs
-        module, inputs = (
-            _SampledStep(model),
-            (token, pe_slot, cached_mask, cache, cache.clone(), torch.ones(1, c.vocab_size), knobs, top_k),
-        )
+        )  # distinct: export ties aliases
+        noise = torch.ones(1, c.vocab_size)
+        module, inputs = _SampledStep(model), (token, pe_slot, cached_mask, cache, cache.clone(), noise, knobs, top_k)
         dynamic = ({}, {}, {1: keys}, {3: slots}, {3: slots}, {}, {}, {})
     else:
         new_mask = torch.ones(width, width, dtype=torch.bool).tril()
@@ -245,9 +220,7 @@ class StepCompiler:
             except Exception as exc:  # export, compiler or loader: eager for this shape
                 self._fail(shape, exc)
                 return None
-        package = torch._inductor.aoti_load_package(str(path))
-        loader = getattr(package, "loader", None)
-        self.runs[shape] = loader.boxed_run if hasattr(loader, "boxed_run") else (lambda inputs: list(package(*inputs)))
+        self.runs[shape] = torch._inductor.aoti_load_package(str(path)).loader.boxed_run
         return self.runs[shape]
 
     def _compile_quietly(self, shape, path) -> None:
@@ -297,8 +270,8 @@ class StepCompiler:
             cache.v[:, :, :, slots] = v[:, :, :, :q_len]
         return hidden[:, :q_len]
 
-    def sampled(self, token: int, slot: int, pe_slot: int, cache, knobs, generator):
-        """The sampled step: ``token`` fed at cache ``slot`` (position embedding ``pe_slot``), seeing
+    def sampled(self, token: int, slot: int, cache, knobs, generator):
+        """The sampled step: ``token`` fed at cache ``slot`` (its position embedding's too), seeing
         every slot before it, its K/V written; returns ``(hidden [B, 1, dim], probs [1, V], next
         token [1])``, drawn with ``generator`` as ``torch.multinomial`` draws (noise ``[1, V]``), or
         None without a package (the caller samples eagerly; the generator has not moved)."""
@@ -308,7 +281,7 @@ class StepCompiler:
         noise = torch.empty(1, self.model.config.vocab_size).exponential_(generator=generator)
         cache.written[slot] = True
         seen = torch.ones(1, slot, dtype=torch.bool)
-        inputs = [torch.tensor([token]), torch.tensor([pe_slot]), seen, cache.k, cache.v, noise, *knobs]
+        inputs = [torch.tensor([token]), torch.tensor([slot]), seen, cache.k, cache.v, noise, *knobs]
         hidden, probs, drawn, k, v = run(inputs)
         cache.k[:, :, :, slot] = k[:, :, :, 0]
         cache.v[:, :, :, slot] = v[:, :, :, 0]

@@ -28,7 +28,7 @@ import torch
 
 from mulo.graphs import PassGraphs
 from mulo.models.gpt import GPT, KVCache
-from mulo.sampling import cfg_combine, logits_to_probs, sample
+from mulo.sampling import cfg_combine, graph_knobs, logits_to_probs, sample
 
 
 class ModelRunner:
@@ -173,12 +173,10 @@ class ModelRunner:
         compiled = self.model.compiled
         if compiled is not None and self.graphs is None and self.sampling[0] > 0 and u > 0 and self._in_step(seq, last):
             if self._graph_knobs is None:
-                from mulo.compiled import graph_knobs  # (mulo.compiled imports this module)
-
                 self._graph_knobs = graph_knobs(self.guidance, *self.sampling, self.vocab_size)
-            token, slot = int(seq[last]), self.n_cond + last
+            token = int(seq[last])
             with torch.no_grad():
-                out = compiled.sampled(token, slot, slot, self.cache, self._graph_knobs, generator)
+                out = compiled.sampled(token, self.n_cond + last, self.cache, self._graph_knobs, generator)
             if out is not None:  # (None: no package yet, compiling in the background)
                 self._record_step(last, token)
                 return out[2][0], out[1][0]

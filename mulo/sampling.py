@@ -40,6 +40,30 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int =
     return torch.softmax(logits, dim=-1)
 
 
+def graph_probs(logits, temperature, top_k, top_p):
+    """``logits_to_probs`` with its knobs as tensors and no branches, for a compiled
+    graph: ``temperature > 0``; ``top_k`` in [1, V] (V: no cut); ``top_p`` above 1: no nucleus.
+    The same operations on the same values: eagerly the two agree bit for bit (tests)."""
+    logits = logits.float() / temperature
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    kth = sorted_logits.gather(-1, (top_k - 1).expand(*logits.shape[:-1], 1))
+    logits = logits.masked_fill(logits < kth, float("-inf"))
+    # The masked logits sort as the unmasked ones (only the tail became -inf): one sort serves both.
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    over = sorted_logits.softmax(-1).cumsum(-1) > top_p
+    drop_sorted = torch.cat([torch.zeros_like(over[..., :1]), over[..., :-1]], dim=-1)  # keep the first over p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return torch.softmax(logits.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def graph_knobs(guidance: float, temperature: float, top_k: int, top_p: float, vocab_size: int):
+    """A request's sampling knobs as ``graph_probs``'s and ``_SampledStep``'s tensors:
+    ``(float32 [guidance, temperature, top_p], int64 [top_k])``."""
+    k = top_k if 0 < top_k < vocab_size else vocab_size
+    p = top_p if top_p < 1.0 else 2.0
+    return torch.tensor([guidance, max(temperature, 1e-5), p]), torch.tensor([k])
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of ``probs [..., V]``; returns ``[...]`` int64."""
     flat = probs.reshape(-1, probs.shape[-1])

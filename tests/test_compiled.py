@@ -17,7 +17,7 @@ from mulo import compiled, methods
 from mulo.engine import Engine
 from mulo.families import load_family, toy
 from mulo.models.gpt import GPT, GPTConfig, KVCache, init_random_
-from mulo.sampling import logits_to_probs
+from mulo.sampling import graph_knobs, graph_probs, logits_to_probs
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -133,9 +133,9 @@ def test_graph_probs_is_the_eager_sampling_distribution_bit_for_bit():
         for temperature in (1.0, 0.5, 1.7):
             for top_k in (0, 1, 5, 32, 40):
                 for top_p in (1.0, 0.95, 0.5, 0.0):
-                    knobs, k = compiled.graph_knobs(1.0, temperature, top_k, top_p, 32)
+                    knobs, k = graph_knobs(1.0, temperature, top_k, top_p, 32)
                     want = logits_to_probs(logits, temperature, top_k, top_p)
-                    got = compiled.graph_probs(logits, knobs[1], k, knobs[2])
+                    got = graph_probs(logits, knobs[1], k, knobs[2])
                     assert torch.equal(got, want), (temperature, top_k, top_p)
 
 
