@@ -36,6 +36,7 @@ from mulo.ui.handlers import (
 from mulo.ui.inputs import RawDropdown, RawRadio, RawSlider, RawText, SeedBox
 from mulo.ui.knobs import advanced_panel, baseline_choices, default_bounds, default_config, family_knobs
 from mulo.ui.text import EXPLAINER, METRICS_LEGEND, TOKEN_HINT, header
+from mulo.ui.torch_thread import TORCH
 
 EXAMPLE_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown"]
 HEADER = header(os.environ.get("MULO_CODE_URL") or (
@@ -270,10 +271,16 @@ def main(argv=None) -> None:
     parser.add_argument("--queue-size", type=int, default=32, help="waiting requests beyond this are turned away")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    TORCH.claim()  # this thread runs all of the app's torch work (mulo.ui.torch_thread says why)
     engines.engine_for(engines.DEFAULT_FAMILY)  # load at start (on ZeroGPU: on CUDA at import, as it asks)
     threading.Thread(target=warm_up, daemon=True, name="warm-up").start()
     demo = build_demo().queue(max_size=args.queue_size)
-    demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(OUT_DIR)], **LAUNCH_KW)
+    demo.launch(server_name=args.host, server_port=args.port, allowed_paths=[str(OUT_DIR)], prevent_thread_lock=True,
+                **LAUNCH_KW)  # fmt: skip
+    try:
+        TORCH.serve(threading.Event())  # until Ctrl-C
+    except KeyboardInterrupt:
+        demo.close()
 
 
 if __name__ == "__main__":

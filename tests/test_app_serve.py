@@ -1,14 +1,17 @@
-"""`python app.py` serves the demo on the host and port it is given."""
+"""`python app.py` serves the demo on the host and port it is given, answers a request, stops on Ctrl-C."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from gradio_client import Client
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,6 +45,12 @@ def test_python_app_py_serves_the_page():
         assert page is not None and "gradio" in page.lower()
         info = urllib.request.urlopen(f"http://127.0.0.1:{port}/gradio_api/info", timeout=10).read().decode()
         assert "/generate" in info
+        # a request: its models run on the main thread (mulo.ui.torch_thread), which serves them
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+        final = client.submit("red apple", "5", api_name="/generate").result(timeout=120)
+        assert "seed 5" in final[4] and "wall-clock" in final[4]  # MuLo-SD's statistics
+        proc.send_signal(signal.SIGINT)  # Ctrl-C stops the serving loop and closes the app
+        assert proc.wait(timeout=30) is not None
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -282,3 +283,40 @@ def test_goal_verdicts_need_both_speed_ups_ar_quality_and_the_papers_ordering():
     assert line.endswith("**met**") and "ahead of sd" in line
     line = verdict(fast, zipar={**zipar_blurry, "adherence": 0.79})
     assert "not ahead of zipar" in line and line.endswith("**NOT met**")
+
+
+def test_the_eager_ar_runs_the_tables_prompts_and_seeds_on_a_copy_of_the_family(toy):
+    engine = Engine(toy)
+    assert bench.eager_ar(engine, [("red apple", "red apple")]) is None  # eager already: nothing to compare
+    engine.compilation = "compiled steps"  # as on a CPU with a C++ compiler
+    prompts = [("red apple", "red apple"), ("cat face", "cat face")]
+    compiler = engine.family.target.compiled = object()  # marks the table's model: the copy must not touch it
+    eager = bench.eager_ar(engine, prompts, warmup=0)
+    assert engine.family.target.compiled is compiler
+    engine.family.target.compiled = None
+    table = harness.run(engine, harness.runs_of(["ar"]), prompts)["ar"]
+    assert len(eager) == 2
+    for e, t in zip(eager, table, strict=True):
+        assert (e.image == t.image).all()  # the same request: same prompt, same seed, same tokens
+
+
+def test_each_row_reports_its_speed_up_over_the_eager_ar(toy, monkeypatch):
+    def eager_slow(engine, prompts, warmup=1):  # an eager AR taking 1,000 s an image
+        return [
+            dataclasses.replace(r, latency=1e3) for r in harness.run(engine, harness.runs_of(["ar"]), prompts)["ar"]
+        ]
+
+    monkeypatch.setattr(bench, "eager_ar", eager_slow)
+    rows, _, _ = bench.run_table(Engine(toy), [("red apple", "red apple")], ["ar", "zipar"], None, warmup=0)
+    for label, row in rows.items():
+        assert row["speedup_vs_eager_ar"] == pytest.approx(1e3 / row["latency_s"]), label
+    table = bench.markdown({**bench_result_stub(), "methods": rows})
+    assert "| vs eager AR |" in table and f"| {1e3 / rows['zipar']['latency_s']:.2f}x |" in table
+    assert "| vs eager AR |" not in bench.markdown(
+        {**bench_result_stub(), "methods": {"ar": {**rows["ar"], "speedup_vs_eager_ar": None}}}
+    )
+
+
+def bench_result_stub() -> dict:
+    env = {"family": "toy", "device": "cpu", "dtype": "float32", "threads": 1}
+    return {"environment": env, "prompts": 1, "verification_pass_s": 0.01, "step_cost": {}, "step_cost_spread": {}}

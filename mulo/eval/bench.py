@@ -19,6 +19,11 @@ passes a method needs from how much a pass over many tokens costs here.
 Cost speed-up: every pass priced by its model and width (``costs.PassCosts``: passes timed per
 width bucket until stable), AR's total / the method's, median over requests. Between the two:
 what the passes cost on this machine, without the Python and sampling overhead around them.
+
+Against the eager AR: where the engine runs compiled passes (``mulo.compiled``), AR also runs on an
+eager copy of the family over the same prompts and seeds, after the table, and each method's
+speed-up over that AR is reported beside the one over the compiled AR: what the faster AR did to
+each method's CPU lead.
 """
 
 from __future__ import annotations
@@ -76,6 +81,20 @@ def verification_pass_seconds(engine: Engine, prompt: str) -> float:
     return pass_costs.stable_seconds(lambda: fam.target(tokens, both), sync)[0]
 
 
+def eager_ar(engine: Engine, prompts: list[tuple[str, str]], warmup=1) -> list[Measured] | None:
+    """AR on an eager copy of ``engine``'s family, the table's prompts and seeds; None when the
+    engine's passes are eager already."""
+    if not engine.compilation.startswith("compiled"):
+        return None
+    from mulo.engine import Engine
+    from mulo.families import load_family
+
+    fam = engine.family
+    dtype = str(next(fam.target.parameters()).dtype).removeprefix("torch.")
+    eager = Engine(load_family(fam.name, str(fam.device), dtype), compile="off")
+    return harness.run(eager, harness.runs_of(["ar"]), prompts, warmup=warmup)["ar"]
+
+
 def run_table(
     engine: Engine,
     prompts: list[tuple[str, str]],
@@ -83,12 +102,14 @@ def run_table(
     quality: Quality | None,
     warmup=1,
     max_rounds: int | None = None,
+    against_eager: bool = True,
 ):
     """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)] (``harness.run``); returns
     ``({label: row}, one verification pass in seconds, the pass costs)``, each row ``harness.aggregate``'s
     with the ideal bound and the NFE and cost speed-ups. The pass costs are timed at the widths the
     runs fed each model, each timing capped at ``max_rounds`` rounds (``costs.stable_seconds``)."""
     records = harness.run(engine, harness.runs_of(labels), prompts, warmup=warmup)
+    eager = eager_ar(engine, prompts, warmup) if against_eager else None
     one_pass = verification_pass_seconds(engine, prompts[0][1])
     drafters = {label: harness.drafter_of(engine, label) for label in labels}
     fed: dict[str, set[int]] = {}
@@ -109,6 +130,10 @@ def run_table(
         drafter = drafters[label]
         row["nfe_speedup"] = nfe_speedup(row, rows["ar"], costs.step(drafter) if drafter else 0.0) if ar else None
         row["cost_speedup"] = cost_speedup(recs, ar, costs, drafter) if ar else None
+        if eager:
+            row["speedup_vs_eager_ar"] = statistics.median(
+                e.latency / r.latency for e, r in zip(eager, recs, strict=True)
+            )
     return rows, one_pass, costs
 
 
@@ -153,14 +178,17 @@ def markdown(result: dict) -> str:
         f"costs {_costs(result.get('step_cost', {}), result.get('step_cost_spread', {}))} of a target step "
         f"(spread of its timings in brackets).\n\n"
     )
-    cols = "| method | latency s (median) | speed-up | cost speed-up | NFE speed-up | NFE target | NFE drafter "
+    vs_eager = any(row.get("speedup_vs_eager_ar") for row in result["methods"].values())
+    cols = "| method | latency s (median) | speed-up | " + ("vs eager AR | " if vs_eager else "")
+    cols += "cost speed-up | NFE speed-up | NFE target | NFE drafter "
     cols += "| acceptance | re-opened | rounds | tokens / round | tree nodes | FD | adherence | ideal speed-up "
-    cols += "| of ideal |\n|" + "---|" * 16 + "\n"
+    cols += "| of ideal |\n|" + "---|" * (16 + vs_eager) + "\n"
     lines = []
     for label, row in result["methods"].items():
         cells = [
             f"{row['latency_s']:.3f}",
             _fmt(row["speedup"], "{:.2f}x"),
+            *([_fmt(row.get("speedup_vs_eager_ar"), "{:.2f}x")] if vs_eager else []),
             _fmt(row.get("cost_speedup"), "{:.2f}x"),
             _fmt(row.get("nfe_speedup"), "{:.2f}x"),
             f"{row['nfe']['target']:.1f}",
@@ -177,6 +205,11 @@ def markdown(result: dict) -> str:
         ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     skipped = "".join(f"\n- `{k}` not run: {v}" for k, v in result.get("skipped", {}).items())
+    if vs_eager:
+        head += (
+            '"vs eager AR": the method\'s speed-up over AR run on an eager copy of the family (same prompts '
+            'and seeds, after the table); "speed-up" is over AR on the compiled passes.\n\n'
+        )
     return head + cols + "\n".join(lines) + "\n" + _emptied_note(result["methods"]) + skipped
 
 

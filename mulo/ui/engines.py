@@ -11,6 +11,7 @@ import gradio as gr
 from mulo import families
 from mulo.engine import Engine
 from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, load_family
+from mulo.ui.torch_thread import TORCH
 
 
 def family_choices() -> tuple[str, ...]:
@@ -80,7 +81,13 @@ def prompt_info(family: str) -> str:
 
 
 def engine_for(family: str) -> Engine:
-    """The shared engine of ``family`` (loaded once; a load failure is a gr.Error)."""
+    """The shared engine of ``family`` (loaded once, on the app's torch thread; a load failure is
+    a gr.Error)."""
+    engine = _engines.get(family)
+    return engine if engine is not None else TORCH.call(_load, family)
+
+
+def _load(family: str) -> Engine:
     with _engines_lock:
         if family not in _engines:
             try:

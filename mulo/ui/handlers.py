@@ -27,6 +27,7 @@ from mulo.ui.knobs import baselines, family_bounds, method_knobs, method_plan
 from mulo.ui.markdown import plain
 from mulo.ui.spaces_compat import gpu
 from mulo.ui.text import describe_token, replay_summary, round_info, stats_markdown
+from mulo.ui.torch_thread import TORCH
 from mulo.ui.views import RunView, replay_view, stream_view, with_frames
 
 log = logging.getLogger(__name__)
@@ -133,11 +134,11 @@ def final_outputs(engine, prompt, seed, config, plan, views: dict[str, RunView])
         for label, method in plan
     }
     try:
-        scores = scoring.score_columns(engine, prompt, runs)
+        scores = TORCH.call(scoring.score_columns, engine, prompt, runs)
     except RuntimeError as exc:  # a pass that cannot be timed here (ZeroGPU outside its GPU call): no scores
         log.warning("no quality or cost scores for this request: %s", exc)
         scores = {label: None for label in labels}
-    reference = scoring.reference_adherence(engine)
+    reference = TORCH.call(scoring.reference_adherence, engine)
     traces = {label: views[label].trace for label in labels}
     columns = [*labels, None][:3]  # AR, MuLo-SD, the third column or nothing
     stats = [
@@ -190,7 +191,8 @@ def run_methods(family: str, prompt: str, seed: int, config: dict, plan: list[tu
     Yields are numpy images and traces, so they pickle across ZeroGPU's worker boundary."""
     engine = engines.engine_for(family)
     for label, method in plan:
-        run = Returning(stream_view(engine, prompt, method, seed, method_knobs(config, method), frames=False))
+        rounds = stream_view(engine, prompt, method, seed, method_knobs(config, method), frames=False)
+        run = Returning(TORCH.stream(rounds))  # every step on the app's torch thread
         for view in run:
             yield label, view
         yield label, run.value

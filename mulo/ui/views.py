@@ -22,6 +22,7 @@ from mulo.models.vq import to_uint8
 from mulo.streams import Returning
 from mulo.trace import Round, Trace
 from mulo.ui import viz
+from mulo.ui.torch_thread import TORCH
 
 PREVIEW_EVERY_S = 0.4  # a streamed run repaints its canvas at most this often
 
@@ -56,8 +57,11 @@ class Painter:
     def decodes(self) -> bool:
         return self.family is not None and tuple(self.family.grid) == tuple(self.grid or self.family.grid)
 
-    @torch.no_grad()
     def __call__(self, tokens: np.ndarray) -> np.ndarray:
+        return TORCH.call(self._paint, tokens)  # a VQ decode: the app's torch thread
+
+    @torch.no_grad()
+    def _paint(self, tokens: np.ndarray) -> np.ndarray:
         decided = tokens >= 0
         if not self.decodes:
             return viz.token_colors(tokens)
