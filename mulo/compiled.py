@@ -32,13 +32,14 @@ rounding (~1e-5); the tests check that every method's tokens for a seed are the 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import math
 import os
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -140,6 +141,9 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
     """Export ``_Step`` for ``batch`` x ``bucket`` queries, or ``_SampledStep`` (``bucket`` is
     ``SAMPLED``), the key count and the cache's slot count dynamic, and compile it into the
     package at ``path``."""
+    # Export a copy: tracing swaps the module's weights for fake tensors while it runs, and the
+    # model itself keeps serving eager passes meanwhile (a background compile in the app)
+    model = copy.deepcopy(model, memo={id(model.compiled): None})
     c = model.config
     n_slots = c.n_positions
     width = 1 if bucket == SAMPLED else bucket
@@ -174,7 +178,35 @@ def _first_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
 
 
-_background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mulo-compile")
+class _BackgroundCompiles:
+    """Compiles one at a time on a thread that ends once none is left. A thread that lived on
+    (a thread pool's) would keep the OpenMP team that autotuning gave it, and with two teams in
+    the process every later pass runs with throttled OpenMP workers (``mulo/ui/torch_thread.py``
+    says why: a step several times slower)."""
+
+    def __init__(self):
+        self.jobs: deque = deque()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, fn, *args) -> None:
+        with self.lock:
+            self.jobs.append((fn, args))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._drain, name="mulo-compile", daemon=True)
+                self.thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            with self.lock:
+                if not self.jobs:
+                    self.thread = None
+                    return
+                fn, args = self.jobs.popleft()
+            fn(*args)  # _compile_quietly: keeps its own failures
+
+
+_background = _BackgroundCompiles()
 
 
 class StepCompiler:

@@ -8,6 +8,7 @@ same packages), the default family's target for AR alone, a one-layer GPT where 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -205,6 +206,38 @@ def test_background_compiles_run_eagerly_meanwhile_and_report_failures(monkeypat
         time.sleep(0.05)
     assert started == [(1, 1)]
     assert model.compiled.state(1) == "eager (fallback: compile failed (RuntimeError: compiler crashed))"
+    # the compiling thread ends with its last job (a thread kept alive keeps its OpenMP team, and
+    # two teams throttle every later pass: mulo/ui/torch_thread.py)
+    while any(t.name == "mulo-compile" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name == "mulo-compile" for t in threading.enumerate())
+
+
+def test_a_background_compile_leaves_the_models_eager_passes_alone(monkeypatch, tmp_path):
+    """The app compiles in the background while the same model serves eager passes: tracing must
+    not reach the model those passes run on (export swaps a module's weights for fake tensors)."""
+    monkeypatch.setenv("MULO_COMPILE_CACHE", str(tmp_path))  # nothing cached: a real compile runs
+    model = tiny_gpt()
+    x = torch.randn(2, 1, model.config.dim, generator=torch.Generator().manual_seed(3))
+    mask = torch.zeros(1, 16, dtype=torch.bool)
+    mask[0, [0, 1, 2, 3, 9]] = True
+
+    def one_pass():
+        with torch.no_grad():
+            return model.forward_hidden(x, torch.tensor([9]), mask, prefilled(model))
+
+    want = one_pass()
+    compiled.attach([model], "on", background=True)
+    first = one_pass()  # eager: starts the compile of the one-query package
+    assert model.compiled.pending
+    passes, deadline = 0, time.monotonic() + 300
+    while model.compiled.pending and time.monotonic() < deadline:
+        torch.testing.assert_close(one_pass(), want)  # eager passes all along the compile
+        passes += 1
+    assert passes > 0 and not model.compiled.pending and not model.compiled.failures
+    torch.testing.assert_close(first, want)
+    torch.testing.assert_close(one_pass(), want, atol=1e-5, rtol=1e-4)  # now compiled
+    assert model.compiled.state(2) == "compiled steps"
 
 
 def test_attach_says_why_passes_stay_eager(monkeypatch):

@@ -98,20 +98,23 @@ def eager_ar(engine: Engine, prompts: list[tuple[str, str]], warmup=1) -> list[M
 def run_table(
     engine: Engine,
     prompts: list[tuple[str, str]],
-    labels: list[str],
+    labels: list[str] | list[harness.Run],
     quality: Quality | None,
     warmup=1,
     max_rounds: int | None = None,
     against_eager: bool = True,
 ):
-    """Interleaved runs of ``labels`` over ``prompts`` [(key, prompt)] (``harness.run``); returns
-    ``({label: row}, one verification pass in seconds, the pass costs)``, each row ``harness.aggregate``'s
-    with the ideal bound and the NFE and cost speed-ups. The pass costs are timed at the widths the
-    runs fed each model, each timing capped at ``max_rounds`` rounds (``costs.stable_seconds``)."""
-    records = harness.run(engine, harness.runs_of(labels), prompts, warmup=warmup)
+    """Interleaved runs of ``labels`` (labels of ``harness.SPECS``, or ``harness.Run``s: a row name,
+    a label and knob overrides) over ``prompts`` [(key, prompt)] (``harness.run``); AR's row must be
+    named "ar". Returns ``({row name: row}, one verification pass in seconds, the pass costs)``, each
+    row ``harness.aggregate``'s with the ideal bound and the NFE and cost speed-ups. The pass costs
+    are timed at the widths the runs fed each model, each timing capped at ``max_rounds`` rounds
+    (``costs.stable_seconds``)."""
+    runs = [run if isinstance(run, tuple) else (run, run, {}) for run in labels]
+    records = harness.run(engine, runs, prompts, warmup=warmup)
     eager = eager_ar(engine, prompts, warmup) if against_eager else None
     one_pass = verification_pass_seconds(engine, prompts[0][1])
-    drafters = {label: harness.drafter_of(engine, label) for label in labels}
+    drafters = {name: harness.drafter_of(engine, label, overrides) for name, label, overrides in runs}
     fed: dict[str, set[int]] = {}
     for label, recs in records.items():
         for rec in recs:
