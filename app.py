@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import threading
+import time
 from types import SimpleNamespace
 
 import gradio as gr
@@ -280,6 +281,8 @@ def main(argv=None) -> None:
     try:
         TORCH.serve(threading.Event())  # until Ctrl-C
     except KeyboardInterrupt:
+        # exit for sure: a thread that the interpreter's exit waits for must not keep the port
+        threading.Thread(target=lambda: (time.sleep(10), os._exit(130)), daemon=True).start()
         demo.close()
 
 

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 from mulo.engine import Engine
-from mulo.eval import bench
+from mulo.eval import bench, harness
 from mulo.eval.quality import Quality
 from mulo.families import load_family
 
@@ -100,6 +100,9 @@ def main() -> None:
     prompts = bench.prompt_pool(quality)[: args.prompts]
     groups = points()
     runs = [("ar", "ar", {})] + [run for method in groups.values() for run in method]
+    refused = [f"{name}: {why}" for name, label, over in runs if (why := harness.runnable(engine, label, over))]
+    if refused:  # before an hour of runs, not in the middle of them
+        raise SystemExit("error: " + "; ".join(refused))
     rows, _, costs = bench.run_table(engine, prompts, runs, quality, warmup=1, against_eager=False)
     ar = rows["ar"]
     for row in rows.values():
