@@ -240,6 +240,15 @@ def test_a_background_compile_leaves_the_models_eager_passes_alone(monkeypatch, 
     assert model.compiled.state(2) == "compiled steps"
 
 
+def test_small_models_compile_single_threaded_under_their_own_cache_key(monkeypatch):
+    model = tiny_gpt()
+    small_key = compiled._key(model)
+    assert compiled.inductor_options(model)["cpp.threads"] == 1  # a few KB: no OpenMP team to wake
+    monkeypatch.setattr(compiled, "SINGLE_THREAD_BELOW_BYTES", 0)  # as if it were large
+    assert "cpp.threads" not in compiled.inductor_options(model)
+    assert compiled._key(model) != small_key  # a package never serves the other threading
+
+
 def test_attach_says_why_passes_stay_eager(monkeypatch):
     model = tiny_gpt()
     assert compiled.attach([model], "off") == "eager (compiling switched off)"
