@@ -37,6 +37,15 @@ def mean(values) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def evaluation_setup(family: str, n_prompts: int) -> tuple[Engine, Quality, list[tuple[str, str]]]:
+    """The family's engine, its scorer and its first ``n_prompts`` evaluation prompts [(key, prompt)]."""
+    engine = Engine(load_family(family))
+    quality = Quality.for_family(engine.family)
+    if quality is None:
+        raise SystemExit(f"error: {family} has no evaluation set yet (its card stage writes it)")
+    return engine, quality, bench.prompt_pool(quality)[:n_prompts]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="emoji-16")
@@ -44,11 +53,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--figure", type=Path, help="the red apple's AR and MuLo-SD images, seeds 0-4, as a PNG")
     args = parser.parse_args()
-    engine = Engine(load_family(args.family))
-    quality = Quality.for_family(engine.family)
-    if quality is None:
-        raise SystemExit(f"error: {args.family} has no evaluation set yet (its card stage writes it)")
-    prompts = bench.prompt_pool(quality)[: args.prompts]
+    engine, quality, prompts = evaluation_setup(args.family, args.prompts)
     keys = [key for key, _ in prompts]
     out = {"family": args.family, "prompts": len(prompts), "defaults": engine.make_config(None).to_dict()}
     runs = [("ar", "ar", {})]

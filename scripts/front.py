@@ -21,10 +21,9 @@ import argparse
 import json
 from pathlib import Path
 
-from mulo.engine import Engine
+from family_bars import evaluation_setup  # scripts/family_bars.py, beside this file
+
 from mulo.eval import bench, harness
-from mulo.eval.quality import Quality
-from mulo.families import load_family
 
 MEASURES = {"nfe_speedup": "NFE", "cost_speedup": "cost", "speedup": "wall-clock"}
 MULO = ("MuLo-SD v2 r=2", "MuLo-SD v2 r=4")
@@ -92,11 +91,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--figure", type=Path)
     args = parser.parse_args()
-    engine = Engine(load_family(args.family))
-    quality = Quality.for_family(engine.family)
-    if quality is None:
-        raise SystemExit(f"error: {args.family} has no evaluation set (its card stage writes it)")
-    prompts = bench.prompt_pool(quality)[: args.prompts]
+    engine, quality, prompts = evaluation_setup(args.family, args.prompts)
     groups = points()
     runs = [("ar", "ar", {})] + [run for method in groups.values() for run in method]
     refused = [f"{name}: {why}" for name, label, over in runs if (why := harness.runnable(engine, label, over))]
