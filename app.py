@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import threading
-import time
 from types import SimpleNamespace
 
 import gradio as gr
@@ -36,6 +36,7 @@ from mulo.ui.handlers import (
 )
 from mulo.ui.inputs import RawDropdown, RawRadio, RawSlider, RawText, SeedBox
 from mulo.ui.knobs import advanced_panel, baseline_choices, default_bounds, default_config, family_knobs
+from mulo.ui.shutdown import exit_on_ctrl_c
 from mulo.ui.text import EXPLAINER, METRICS_LEGEND, TOKEN_HINT, header
 from mulo.ui.torch_thread import TORCH
 
@@ -272,6 +273,7 @@ def main(argv=None) -> None:
     parser.add_argument("--queue-size", type=int, default=32, help="waiting requests beyond this are turned away")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    exit_on_ctrl_c()  # whatever the main thread is doing then (mulo.ui.shutdown)
     TORCH.claim()  # this thread runs all of the app's torch work (mulo.ui.torch_thread says why)
     engines.engine_for(engines.DEFAULT_FAMILY)  # load at start (on ZeroGPU: on CUDA at import, as it asks)
     threading.Thread(target=warm_up, daemon=True, name="warm-up").start()
@@ -281,9 +283,13 @@ def main(argv=None) -> None:
     try:
         TORCH.serve(threading.Event())  # until Ctrl-C
     except KeyboardInterrupt:
-        # exit for sure: a thread that the interpreter's exit waits for must not keep the port
-        threading.Thread(target=lambda: (time.sleep(10), os._exit(130)), daemon=True).start()
-        demo.close()
+        demo.close()  # if closing hangs, the watchdog ends the process
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip the interpreter's exit: a library's thread that it would join, or a native
+        # destructor, could hang it, and once it runs no daemon thread (the watchdog) runs either
+        os._exit(0)
 
 
 if __name__ == "__main__":

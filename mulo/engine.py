@@ -46,7 +46,12 @@ def versions() -> dict[str, str]:
 
 class Engine:
     def __init__(
-        self, family, fixed_shapes: bool | None = None, graphs: str = "auto", compile: str = "auto", background_compile: bool = False
+        self,
+        family,
+        fixed_shapes: bool | None = None,
+        graphs: str = "auto",
+        compile: str = "auto",
+        background_compile: bool = False,
     ):
         """``fixed_shapes``: every forward pass in a few fixed shapes (``mulo.runner``); None picks
         them on an accelerator and exact shapes on a CPU, where padding only costs. ``graphs``:
@@ -58,6 +63,8 @@ class Engine:
         self.family = family
         self.fixed_shapes = fixed_shapes
         self.graphs = graphs
+        # EAGLE's head stays eager: compiled as a one-layer GPT it measured no faster at the widths
+        # EAGLE-2 feeds it (7 and 10 queries; docs/cpu-engine.md)
         models = [family.target, *family.drafters.values(), family.draft_model]
         self.compilation = compiled.attach(models, compile, background_compile)  # "compiled steps" / "eager (why)"
         self.lock = threading.Lock()

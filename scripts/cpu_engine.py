@@ -4,10 +4,11 @@
 
 In one process, nothing else running: the machine's streaming bandwidth and matrix rate; each of
 the family's models' single-token pass (as the bench times it: causal, mid-grid, full cache) and
-a 16-token pass, eager and compiled, against their floors (``mulo/eval/floor.py``); and whole
-images (AR, ZipAR, MuLo-SD at the family's defaults, SD), eager and compiled engines interleaved
-seed by seed, with their tokens compared. Compiled packages come from the disk cache (a first run
-compiles them, ~20 s each, before anything is timed).
+a 16-token pass, eager and compiled (EAGLE's head runs eagerly in both), against their floors
+(``mulo/eval/floor.py``); and whole images (AR, ZipAR, MuLo-SD at the family's defaults, SD,
+EAGLE-2), eager and compiled engines interleaved seed by seed, with their tokens compared.
+Compiled packages come from the disk cache (a first run compiles them, ~20 s each, before
+anything is timed).
 
 ``--baseline DIR`` also times AR in the engine of another checkout (``git worktree add DIR
 <commit>``; issue 48 measures against the eager engine of the day it was filed, 5680cf4), in a
@@ -32,10 +33,11 @@ from mulo.engine import Engine
 from mulo.eval import costs, floor
 from mulo.eval.profile import bandwidth
 from mulo.families import load_family
+from mulo.models.eagle import EagleHead
 from mulo.models.gpt import KVCache
 from mulo.runner import ModelRunner
 
-METHODS = ("ar", "zipar", "mulo", "sd")
+METHODS = ("ar", "zipar", "mulo", "sd", "eagle2")
 
 # Run inside another checkout: its eager engine's AR, one image per seed read from stdin. Only the
 # API every version of the engine has (Engine(family), generate(prompt, method, seed)).
@@ -87,8 +89,6 @@ def pass_rows(engine: Engine, prompt: str, bytes_per_s: float, flops_per_s: floa
     n_cond = engine.family.target.config.cond_len
     rows = {}
     for name, (module, config) in models.items():
-        if name == "eagle_head":
-            continue  # its passes are not compiled (mulo/compiled.py): the bench prices it eagerly
         n, make = costs.pass_timer(engine, prompt, name)
         for width in widths:
             if width >= n:
@@ -97,7 +97,8 @@ def pass_rows(engine: Engine, prompt: str, bytes_per_s: float, flops_per_s: floa
             lo = max(1, min(n // 2 - width // 2, n - width))
             context = n_cond + lo + width - 1
             row = floor.pass_floor(module, config, batch, width, context, bytes_per_s, flops_per_s)
-            forward_s = costs.stable_seconds(forward_pass(module, batch, width, context))[0]
+            forward = forward_pass(module, batch, width, context, engine.family.target)
+            forward_s = costs.stable_seconds(forward)[0]
             rows[f"{name} w={width}"] = {
                 **row,
                 "seconds": seconds,
@@ -121,7 +122,7 @@ def step_rows(family, prompt: str, bw: float, rate: float) -> dict:
         cond = family.condition(prompt, 0)
         for name, (module, config) in floor.models_of(family).items():
             if name == "eagle_head":
-                continue
+                continue  # it drafts from features: never a sampled step
             runner = ModelRunner(module, cond, *sampling)
             runner.prefill()
             n = config.max_seq_len
@@ -142,9 +143,10 @@ def step_rows(family, prompt: str, bw: float, rate: float) -> dict:
     return rows
 
 
-def forward_pass(model, batch: int, width: int, context: int):
+def forward_pass(model, batch: int, width: int, context: int, target):
     """The model's forward alone (no runner, no sampling): ``width`` queries ending at slot
-    ``context - 1`` over a cache written up to it, causal."""
+    ``context - 1`` over a cache written up to it, causal. EAGLE's head (``target``'s) is fed the
+    features as well as the inputs."""
     c = model.config
     cache = KVCache(c, batch, "cpu", torch.float32)
     cache.k.normal_()
@@ -156,7 +158,10 @@ def forward_pass(model, batch: int, width: int, context: int):
 
     @torch.no_grad()
     def run():
-        model.forward_hidden(x, slots, mask, cache)
+        if isinstance(model, EagleHead):
+            model(target, x, x, slots, mask, cache)
+        else:
+            model.forward_hidden(x, slots, mask, cache)
 
     return run
 

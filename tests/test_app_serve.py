@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from gradio_client import Client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,17 +24,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_python_app_py_serves_the_page():
+def stuck(proc: subprocess.Popen, log: Path) -> str:
+    """What a process that did not stop was doing: its signal state, its Python stacks (py-spy,
+    when installed) and the end of its log."""
+    status = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if line.startswith("Sig")]
+    stacks = ""
+    if shutil.which("py-spy"):
+        stacks = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True, text=True).stdout
+    return f"{status}\n{stacks}\n{log.read_text()[-3000:]}"
+
+
+def test_python_app_py_serves_the_page(tmp_path):
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", MULO_FAMILY="toy", HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen(
-        [sys.executable, "app.py", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "app.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "app.py", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
     try:
         deadline, page = time.time() + 120, None
         while time.time() < deadline and proc.poll() is None:
@@ -41,7 +55,7 @@ def test_python_app_py_serves_the_page():
                 break
             except OSError:
                 time.sleep(0.5)
-        assert proc.poll() is None, proc.stderr.read()
+        assert proc.poll() is None, log.read_text()
         assert page is not None and "gradio" in page.lower()
         info = urllib.request.urlopen(f"http://127.0.0.1:{port}/gradio_api/info", timeout=10).read().decode()
         assert "/generate" in info
@@ -50,7 +64,37 @@ def test_python_app_py_serves_the_page():
         final = client.submit("red apple", "5", api_name="/generate").result(timeout=120)
         assert "seed 5" in final[4] and "wall-clock" in final[4]  # MuLo-SD's statistics
         proc.send_signal(signal.SIGINT)  # Ctrl-C stops the serving loop and closes the app
-        assert proc.wait(timeout=30) is not None
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"app.py outlived Ctrl-C by 30 s:\n{stuck(proc, log)}")
     finally:
-        proc.terminate()
+        proc.kill()
         proc.wait(timeout=30)
+
+
+def test_ctrl_c_ends_the_process_even_when_the_main_thread_never_sees_it():
+    """A main thread that does not end on Ctrl-C (here it swallows the KeyboardInterrupt; stuck in
+    native code, it would never raise one): the watchdog of ``mulo.ui.shutdown`` ends the process
+    after the grace period, with a SIGINT's exit code."""
+    script = (
+        "import time\n"
+        "from mulo.ui.shutdown import exit_on_ctrl_c\n"
+        "exit_on_ctrl_c(grace=0.5)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    try:\n"
+        "        time.sleep(60)\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
+        assert time.monotonic() - start >= 0.5  # not before the grace period
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -38,6 +38,9 @@ SEARCH: dict[str, tuple] = {
     "radius": (0, 1, 2, 3),
     "tau": (0.3, 0.1, 0.03, 0.01),
     "k": (0, 1, 4),
+    # The training picks the up-sampler by its token accuracy on perfect drafts; the protocol
+    # decides by what MuLo-SD's images cost in quality, like any other knob
+    "upsampler": ("pixel", "learned"),
 }
 
 
