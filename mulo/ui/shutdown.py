@@ -20,6 +20,9 @@ EXIT_CODE = 130  # a shell's code for a process ended by SIGINT
 def exit_on_ctrl_c(grace: float = 10.0) -> None:
     """From now on, ``grace`` seconds after a SIGINT the process exits (code 130). Call it from
     the main thread (``set_wakeup_fd``'s rule), once."""
+    # A process started from a shell's background job inherits SIGINT ignored, and Python then
+    # installs no handler: a server stops on SIGINT whatever its parent did (as uvicorn does)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     read, write = os.pipe()
     os.set_blocking(write, False)
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
