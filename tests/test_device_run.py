@@ -109,6 +109,53 @@ def test_resume_files_keep_outputs_and_the_running_stage_only(tmp_path):
     assert torch.equal(torch.load(tmp_path / "again" / "target.best", weights_only=True)["w"], weights["w"])
 
 
+def test_pack_keeps_the_resume_point_within_the_next_calls_room(tmp_path, monkeypatch):
+    import torch
+
+    run_dir, device_dir = tmp_path / "run", tmp_path / "device"
+    run_dir.mkdir()
+    device_dir.mkdir()
+    (run_dir / "report.json").write_text(json.dumps({"data": {}, "clip": {}}))
+    torch.save({"w": torch.zeros(1000)}, run_dir / "clip.pt")
+    model = torch.nn.Linear(200, 200)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 200)).sum().backward()
+    opt.step()
+
+    def checkpoint(step, steps):
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "steps": steps}
+        torch.save({**state, "seconds": 1.0, "best": {"step": None}}, run_dir / "target.ckpt")
+
+    def packed(room=None):
+        if room is not None:
+            (device_dir / "room.json").write_text(json.dumps({"train": "emoji", "resume_bytes": room}))
+        monkeypatch.setattr(device_run, "DEVICE_DIR", device_dir)
+        out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}"
+        out.mkdir()
+        run = device_run.Run(out, 60, smoke=True)
+        assert device_run.pack(run, run_dir) == "ok"
+        device_run.unpack(sorted(out.glob("resume.tar.part*")), out / "back")
+        return run.summary["steps"]["pack"], out / "back"
+
+    # mid-training: Adam's moments travel (in bfloat16), so the next call steps on from them
+    checkpoint(400, 1000)
+    summary, back = packed()
+    state = torch.load(back / "target.ckpt", weights_only=True)
+    assert len(state["optimizer"]["state"]) == 2 and "left_out" not in summary
+    # trained to its last step (stopped in its evaluation): the moments stay behind
+    checkpoint(1000, 1000)
+    summary, back = packed()
+    state = torch.load(back / "target.ckpt", weights_only=True)
+    assert state["optimizer"]["state"] == {} and torch.equal(state["model"]["weight"], model.weight.detach())
+    fresh = torch.optim.AdamW(torch.nn.Linear(200, 200).parameters())
+    fresh.load_state_dict(state["optimizer"])  # what the loop's resume does with it
+    # a room too small for the running stage: finished outputs alone come back, and it says so
+    checkpoint(400, 1000)
+    summary, back = packed(room=(run_dir / "clip.pt").stat().st_size + 10_000)
+    assert summary["left_out"] == ["target.ckpt"] and summary["room_megabytes"] < 0.1
+    assert (back / "clip.pt").exists() and not (back / "target.ckpt").exists()
+
+
 def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
     out = ROOT / ".device-test"  # inside the repository, as .device is (git ignores neither: removed after)
     try:
@@ -119,6 +166,10 @@ def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
         assert reference["family"] == "toy" and set(reference["tokens"]) >= {"ar", "mulo"}
         sizes = prepare.travelling_bytes((".device-test",), without=prepare.SLIM)
         assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
+        # the room a call that only trains leaves its resume point: the committed one fits it
+        room = json.loads((out / "room.json").read_text())["resume_bytes"]
+        committed = prepare.size_of(ROOT / "resume" / "emoji")
+        assert committed + prepare.BUNDLE_MAX <= room, (committed, room)
     finally:
         import shutil
 

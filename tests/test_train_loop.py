@@ -49,6 +49,39 @@ def test_a_run_stopped_and_resumed_ends_where_an_uninterrupted_one_does(tmp_path
     assert torch.equal(_run(tmp_path / "split.ckpt", 10), whole)
 
 
+def test_a_resume_without_adams_moments_warms_the_rate_up_again(tmp_path):
+    """A compact resume point (or a stage continued from its weights) has no optimizer moments:
+    its first updates would move every weight by the full rate, so the warm-up starts again there."""
+    assert lr_scale(649, 1000, warmup=100, warm_from=600) == pytest.approx(0.5 * lr_scale(649, 1000, 100))
+    assert lr_scale(699, 1000, warmup=100, warm_from=600) == pytest.approx(lr_scale(699, 1000, 100))
+    with pytest.raises(_Stop):
+        _run(tmp_path / "t.ckpt", 20, stop_at=11)  # checkpoint at step 10, with moments
+    state = torch.load(tmp_path / "t.ckpt", weights_only=True)
+    assert state["optimizer"]["state"] and state["warm_from"] == 0
+    state["optimizer"]["state"] = {}
+    torch.save(state, tmp_path / "bare.ckpt")
+    rates = []
+
+    class Spy(torch.optim.AdamW):  # the rate each step ran at
+        def step(self, closure=None):
+            rates.append(self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    import mulo.train.loop as loop
+
+    real = loop.torch.optim.AdamW
+    loop.torch.optim.AdamW = Spy
+    try:
+        with pytest.raises(_Stop):
+            _run(tmp_path / "bare.ckpt", 20, stop_at=13)
+    finally:
+        loop.torch.optim.AdamW = real
+    # warm-up of 2 steps from step 10: half the schedule's rate, then all of it
+    schedule = [0.05 * lr_scale(step, 20, 2) for step in (10, 11, 12)]
+    assert rates == pytest.approx([schedule[0] / 2, *schedule[1:]])
+    assert torch.load(tmp_path / "bare.ckpt", weights_only=True)["warm_from"] == 10  # kept on resume
+
+
 def test_a_stage_finished_on_other_hardware_says_which_ran_which_steps(tmp_path, monkeypatch):
     """The model card's hardware column: a run begun on a CPU and finished on a GPU keeps both."""
     from mulo.train import loop

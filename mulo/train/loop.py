@@ -29,10 +29,10 @@ LOSS_WINDOW = 50  # the logged and returned loss is the mean over this many rece
 MIN_LR_SCALE = 0.02
 
 
-def lr_scale(step: int, steps: int, warmup: int = WARMUP) -> float:
-    """The learning rate at ``step`` over the peak: linear warm-up, then a cosine that reaches zero
-    at ``steps``, never below MIN_LR_SCALE."""
-    warm = min(1.0, (step + 1) / max(1, warmup))
+def lr_scale(step: int, steps: int, warmup: int = WARMUP, warm_from: int = 0) -> float:
+    """The learning rate at ``step`` over the peak: linear warm-up (from ``warm_from``), then a
+    cosine that reaches zero at ``steps``, never below MIN_LR_SCALE."""
+    warm = min(1.0, (step - warm_from + 1) / max(1, warmup))
     return max(warm * 0.5 * (1 + math.cos(math.pi * min(step, steps) / max(1, steps))), MIN_LR_SCALE)
 
 
@@ -46,6 +46,10 @@ class Progress:
     curve: list = field(default_factory=list)  # [step, held-out loss] at each validation
     best: dict = field(default_factory=lambda: {"step": None, "val": math.inf})
     before: float = 0.0  # seconds of the earlier segments; this session's segment counts the rest
+    # where the rate's warm-up starts: a run resumed without Adam's moments (a compact resume point,
+    # or a stage continued to more steps from its weights) warms up again, since Adam's first
+    # updates, with no second moment yet, move every weight by the full rate
+    warm_from: int = 0
 
 
 def train(
@@ -79,7 +83,7 @@ def train(
     tick = time.perf_counter()
     for step in range(progress.step, steps):
         for group in opt.param_groups:
-            group["lr"] = lr * lr_scale(step, steps, warmup)
+            group["lr"] = lr * lr_scale(step, steps, warmup, progress.warm_from)
         loss = loss_fn(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -94,7 +98,7 @@ def train(
                 check(name, model, validate, progress, step + 1, best_path)
             progress.seconds += time.perf_counter() - tick
             tick = time.perf_counter()
-            save(checkpoint, model, opt, progress, step + 1)
+            save(checkpoint, model, opt, progress, step + 1, steps)
             mean = sum(recent) / len(recent)
             log.info("%s: step %d/%d loss %.4f (%.0f s)", name, step + 1, steps, mean, progress.seconds)
     model.eval()
@@ -114,6 +118,10 @@ def resume(name: str, model: torch.nn.Module, opt, checkpoint: Path) -> Progress
         unrecorded = [{"hardware": "unrecorded", "steps": [0, progress.step], "seconds": progress.seconds}]
         progress.segments = state.get("segments") or unrecorded
         progress.curve, progress.best = state.get("curve", []), state.get("best", progress.best)
+        progress.warm_from = int(state.get("warm_from", 0))
+        if progress.step and not state["optimizer"]["state"]:
+            progress.warm_from = progress.step
+            log.info("%s: no optimizer moments in the checkpoint: the rate warms up again", name)
         log.info("%s: resuming at step %d", name, progress.step)
     here = hardware(str(next(model.parameters()).device))
     if not progress.segments or progress.segments[-1]["hardware"] != here:
@@ -122,15 +130,17 @@ def resume(name: str, model: torch.nn.Module, opt, checkpoint: Path) -> Progress
     return progress
 
 
-def save(checkpoint: Path, model: torch.nn.Module, opt, progress: Progress, step: int) -> None:
-    """The checkpoint at ``step``, written beside and then moved over the last one, so a kill
-    mid-write leaves the previous checkpoint whole."""
+def save(checkpoint: Path, model: torch.nn.Module, opt, progress: Progress, step: int, steps: int) -> None:
+    """The checkpoint at ``step`` of ``steps``, written beside and then moved over the last one, so
+    a kill mid-write leaves the previous checkpoint whole."""
     last = progress.segments[-1]
     last.update(steps=[last["steps"][0], step], seconds=round(progress.seconds - progress.before, 1))
     state = {
         "model": model.state_dict(),
         "optimizer": opt.state_dict(),
         "step": step,
+        "steps": steps,  # a compact resume point drops Adam's state once ``step`` reaches it
+        "warm_from": progress.warm_from,
         "seconds": progress.seconds,
         "segments": progress.segments,
         "curve": progress.curve,

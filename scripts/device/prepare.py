@@ -10,6 +10,8 @@ Into ``.device/`` (git ignores it; the run tool's ``carry`` names it):
                           importlib-metadata, jsonschema and its three, resvg-py (training's renders)
   styles/styles-bundle.json.xz   the emoji data's SVGs and names (~10 MB; the npm packages are ~47)
   cpu_reference.json      every method's tokens on this CPU (eager, float32) for the GPU checks
+  room.json               the bytes a resume point may take for the *next* call to fit (what the
+                          tree and .device leave of 64 MiB): the call's pack keeps under it
 
 The working tree travels too, and the repository is over the run tool's 64 MiB by itself: ``--slim``
 takes the paths the device run never reads out of git's index (``SLIM``; the files stay on disk and
@@ -41,8 +43,12 @@ WHEELS = (
 )
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # Tracked paths the device run never reads: the second family, Tar's golden test data (its
-# tests are not GPU tests), the benchmark figures and the docs' pictures.
-SLIM = ("assets/emoji-16", "tests/data", "benchmarks", "docs/ui.png", "resume/emoji-16")  # (a CPU run's)
+# tests are not GPU tests), the benchmark figures and the docs with their pictures.
+SLIM = ("assets/emoji-16", "tests/data", "benchmarks", "docs", "resume/emoji-16")  # (a CPU run's)
+# ... and for a call that only trains (``run.py --skip checks,measure``), the family it checks too:
+# what leaves a growing resume point room (``--slim --train-only``).
+TRAIN_ONLY = ("assets/twemoji",)
+ROOM_MARGIN = 2**20  # what the tree may grow by between this count and the next call
 EXCLUDE = ROOT / ".git" / "info" / "exclude"
 MARK = "# device run: slimmed (scripts/device/prepare.py --unslim)"
 
@@ -99,38 +105,52 @@ def travelling_bytes(carried=(".device",), without=()) -> dict[str, int]:
     return sizes
 
 
-def slim() -> None:
-    if MARK in (EXCLUDE.read_text() if EXCLUDE.exists() else ""):
+def slimmed_paths() -> tuple[str, ...]:
+    """The paths ``slim`` took out of the index (none when the tree is whole)."""
+    text = EXCLUDE.read_text() if EXCLUDE.exists() else ""
+    if MARK not in text:
+        return ()
+    return tuple(line[1:] for line in text.partition(MARK + "\n")[2].partition(MARK)[0].splitlines())
+
+
+def slim(paths: tuple[str, ...]) -> None:
+    if slimmed_paths():
         print("already slimmed")
         return
-    git("rm", "-r", "-q", "--cached", *SLIM)
+    git("rm", "-r", "-q", "--cached", *paths)
     with EXCLUDE.open("a") as f:
-        f.write("\n".join([MARK, *(f"/{p}" for p in SLIM), MARK]) + "\n")
+        f.write("\n".join([MARK, *(f"/{p}" for p in paths), MARK]) + "\n")
 
 
 def unslim() -> None:
-    text = EXCLUDE.read_text() if EXCLUDE.exists() else ""
-    if MARK not in text:
+    paths = slimmed_paths()
+    if not paths:
         print("not slimmed")
         return
-    before, _, rest = text.partition(MARK + "\n")
+    before, _, rest = EXCLUDE.read_text().partition(MARK + "\n")
     _, _, after = rest.partition(MARK + "\n")
     EXCLUDE.write_text(before + after)
-    git("reset", "-q", "--", *SLIM)
+    git("reset", "-q", "--", *paths)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="twemoji", help="the family the GPU checks compare (default twemoji)")
+    parser.add_argument("--train", default="emoji", help="the family the call trains (default emoji)")
     parser.add_argument("--cache", type=Path, help="the npm packages (default ~/.cache/mulo/styles)")
     parser.add_argument("--out", type=Path, default=DEVICE_DIR, help="default .device")
     parser.add_argument("--no-wheels", action="store_true", help="skip the wheels (a rehearsal: installed here)")
     parser.add_argument("--no-bundle", action="store_true", help="skip the styles bundle (a rehearsal)")
     parser.add_argument("--slim", action="store_true", help="only untrack what the device run does not read")
+    parser.add_argument(
+        "--train-only", action="store_true", help="with --slim: the checked family too (a call that only trains)"
+    )
     parser.add_argument("--unslim", action="store_true", help="only track it again")
     args = parser.parse_args(argv)
+    if args.train_only and not args.slim:
+        parser.error("--train-only goes with --slim")
     if args.slim or args.unslim:
-        slim() if args.slim else unslim()
+        slim(SLIM + TRAIN_ONLY if args.train_only else SLIM) if args.slim else unslim()
     else:
         if not args.no_wheels:
             download_wheels(args.out / "wheels")
@@ -138,9 +158,16 @@ def main(argv=None) -> int:
             write_bundle(args.out / "styles" / "styles-bundle.json.xz", args.cache)
         write_reference(args.family, args.out / "cpu_reference.json")
     carried = str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else str(args.out)
-    slimmed = MARK in (EXCLUDE.read_text() if EXCLUDE.exists() else "")
+    slimmed = bool(slimmed_paths())
     sizes = travelling_bytes((carried,), () if slimmed else SLIM)
     print("a device call sends (MiB):", json.dumps({k: round(v / 2**20, 1) for k, v in sizes.items()}))
+    # the room a training call's resume point has in the call after it: the calls that only train
+    # (a session's second, and every one once the checks and measurements are on record) slim most
+    others = travelling_bytes((carried,), (*SLIM, *TRAIN_ONLY, f"resume/{args.train}"))
+    room = LIMIT - others["total"] - ROOM_MARGIN
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "room.json").write_text(json.dumps({"train": args.train, "resume_bytes": room}) + "\n")
+    print(f"room for resume/{args.train} in a call that only trains: {room / 2**20:.1f} MiB")
     if sizes["total"] > LIMIT:
         print(f"error: over the run tool's {LIMIT / 2**20:.0f} MiB even slimmed", file=sys.stderr)
         return 1

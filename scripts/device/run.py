@@ -223,10 +223,14 @@ def half_copy(path: Path, scratch: Path) -> Path:
 
 def compact_checkpoint(path: Path, scratch: Path) -> Path:
     """A running stage's checkpoint with Adam's moments in bfloat16 (the weights stay float32):
-    ~2/3 of the bytes; loading casts the moments back to the parameters' dtype."""
+    ~2/3 of the bytes; loading casts the moments back to the parameters' dtype. A checkpoint at
+    its last step (a stage stopped between its training and its evaluation) keeps no moments:
+    nothing will step with them, and they are half of what has to travel to the next call."""
     import torch
 
     state = torch.load(path, map_location="cpu", weights_only=True)
+    if finished_training(state):
+        state["optimizer"]["state"] = {}
     for moments in state["optimizer"]["state"].values():
         for key in ("exp_avg", "exp_avg_sq"):
             if key in moments:
@@ -234,6 +238,11 @@ def compact_checkpoint(path: Path, scratch: Path) -> Path:
     out = scratch / f"{path.name}.half"
     torch.save(state, out)
     return out
+
+
+def finished_training(state: dict) -> bool:
+    """Whether a checkpoint's stage has taken all its steps (older checkpoints do not say)."""
+    return "steps" in state and int(state["step"]) >= int(state["steps"])
 
 
 def packed_copy(path: Path, scratch: Path) -> Path:
@@ -248,12 +257,17 @@ def packed_copy(path: Path, scratch: Path) -> Path:
 
 def pack(run: Run, run_dir: Path) -> str:
     """The compact resume point (``resume_files``) as ``resume.tar.partNN`` under ``$OUT``; when
-    the running stage's state does not fit the files that come back, without it (that stage then
-    starts again)."""
+    the running stage's state does not fit the room the next call has for it (``room.json``) or
+    the files that come back, without it (that stage then starts again)."""
     if not (run_dir / "report.json").exists():
         return "nothing to pack"
     keep, running = resume_files(run_dir)
-    limit = MAX_PARTS * PART_BYTES
+    back = MAX_PARTS * PART_BYTES  # what can come back
+    limit = back
+    room = DEVICE_DIR / "room.json"  # what the next call can carry beside the tree (prepare.py)
+    if room.exists():
+        limit = min(limit, int(json.loads(room.read_text())["resume_bytes"]))
+        run.summary["steps"].setdefault("pack", {})["room_megabytes"] = round(limit / 2**20, 1)
     dropped = []
     def size() -> int:  # what packed_copy makes of them
         halved = sum(p.stat().st_size // 2 for p in keep + running if p.name in HALVED or p.suffix == ".best")
@@ -271,9 +285,11 @@ def pack(run: Run, run_dir: Path) -> str:
     for path in run.out.glob("*.half"):
         path.unlink()
     size = tar_path.stat().st_size
-    if size > limit:
+    if size > back:
         tar_path.unlink()
-        return f"too large to come back: {size / 2**20:.1f} MB (at most {limit / 2**20:.0f})"
+        return f"too large to come back: {size / 2**20:.1f} MB (at most {back / 2**20:.0f})"
+    if size > limit:  # finished stages alone: it comes back, and the next call must slim the tree more
+        run.summary["steps"]["pack"]["over_room"] = True
     with tar_path.open("rb") as src:
         for i, chunk in enumerate(iter(lambda: src.read(PART_BYTES), b"")):
             (run.out / f"resume.tar.part{i:02d}").write_bytes(chunk)
