@@ -127,13 +127,10 @@ def test_pack_keeps_the_resume_point_within_the_next_calls_room(tmp_path, monkey
         torch.save({**state, "seconds": 1.0, "best": {"step": None}}, run_dir / "target.ckpt")
 
     def packed(room=None):
-        if room is not None:
-            (device_dir / "room.json").write_text(json.dumps({"train": "emoji", "resume_bytes": room}))
-        monkeypatch.setattr(device_run, "DEVICE_DIR", device_dir)
         out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}"
         out.mkdir()
         run = device_run.Run(out, 60, smoke=True)
-        assert device_run.pack(run, run_dir) == "ok"
+        assert device_run.pack(run, run_dir, room) == "ok"
         device_run.unpack(sorted(out.glob("resume.tar.part*")), out / "back")
         return run.summary["steps"]["pack"], out / "back"
 
@@ -154,6 +151,10 @@ def test_pack_keeps_the_resume_point_within_the_next_calls_room(tmp_path, monkey
     summary, back = packed(room=(run_dir / "clip.pt").stat().st_size + 10_000)
     assert summary["left_out"] == ["target.ckpt"] and summary["room_megabytes"] < 0.1
     assert (back / "clip.pt").exists() and not (back / "target.ckpt").exists()
+    # the room prepare.py measured applies to the family it was measured for
+    monkeypatch.setattr(device_run, "DEVICE_DIR", device_dir)
+    (device_dir / "room.json").write_text(json.dumps({"train": "emoji", "resume_bytes": 123}))
+    assert device_run.next_call_room("emoji") == 123 and device_run.next_call_room("emoji-16") is None
 
 
 def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):

@@ -255,18 +255,16 @@ def packed_copy(path: Path, scratch: Path) -> Path:
     return path
 
 
-def pack(run: Run, run_dir: Path) -> str:
+def pack(run: Run, run_dir: Path, room: int | None = None) -> str:
     """The compact resume point (``resume_files``) as ``resume.tar.partNN`` under ``$OUT``; when
-    the running stage's state does not fit the room the next call has for it (``room.json``) or
-    the files that come back, without it (that stage then starts again)."""
+    the running stage's state does not fit the ``room`` (bytes) the next call has for it or the
+    files that come back, without it (that stage then starts again)."""
     if not (run_dir / "report.json").exists():
         return "nothing to pack"
     keep, running = resume_files(run_dir)
     back = MAX_PARTS * PART_BYTES  # what can come back
-    limit = back
-    room = DEVICE_DIR / "room.json"  # what the next call can carry beside the tree (prepare.py)
-    if room.exists():
-        limit = min(limit, int(json.loads(room.read_text())["resume_bytes"]))
+    limit = back if room is None else min(back, room)
+    if room is not None:
         run.summary["steps"].setdefault("pack", {})["room_megabytes"] = round(limit / 2**20, 1)
     dropped = []
     def size() -> int:  # what packed_copy makes of them
@@ -296,6 +294,14 @@ def pack(run: Run, run_dir: Path) -> str:
     tar_path.unlink()
     run.summary["steps"].setdefault("pack", {})["megabytes"] = round(size / 2**20, 2)
     return "ok"
+
+
+def next_call_room(family: str) -> int | None:
+    """The bytes the next call can carry of ``family``'s resume point beside the tree, as
+    ``prepare.py`` measured them (``room.json``); None where it did not (a rehearsal)."""
+    path = DEVICE_DIR / "room.json"
+    room = json.loads(path.read_text()) if path.exists() else {}
+    return int(room["resume_bytes"]) if room.get("train") == family else None
 
 
 def unpack(parts: list[Path], run_dir: Path) -> None:
@@ -371,7 +377,7 @@ def main(argv=None) -> int:
             train_budget = min(train_budget, args.train_budget)
         resume = args.resume or ROOT / "resume" / args.train
         run.step("train", lambda until: train(run, until, args.train, device, run_dir, resume), train_budget)
-        run.step("pack", lambda until: pack(run, run_dir), budgets["pack"])
+        run.step("pack", lambda until: pack(run, run_dir, next_call_room(args.train)), budgets["pack"])
     run.save()
     return 0
 
