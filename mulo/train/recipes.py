@@ -349,7 +349,7 @@ RECIPES["emoji-16"] = replace(
     # (benchmarks/calibration-emoji-16-retrained.json), so every knob keeps its value.
     # Session 8 continued the target to step 8000 (held-out pairs 1.517 -> 1.494) and searched l,
     # tau and k again on the 120 (benchmarks/calibration-emoji-16-target8000.json): l = 3 keeps AR's
-    # FD now (0.99x / 0.94x at tau 0.3) and tau 0.03 does too (1.08x / 1.00x) at 2.26x / 2.62x NFE.
+    # FD now (1.00x / 0.94x at tau 0.3) and tau 0.03 does too (1.08x / 1.00x) at 2.26x / 2.62x NFE.
     defaults={**DEFAULTS, "rows_per_block": 8, "cfg": 3.0, "top_p": 0.95}
     | {"tau": 0.03, "k": 0, "radius": 3, "island_window": 4, "drafting": "zipar", "upsampler": "pixel"},
     # In float16 the family is 37 MB and twemoji 30: both would not fit the 60 MB of assets/. Its

@@ -255,6 +255,20 @@ def packed_copy(path: Path, scratch: Path) -> Path:
     return path
 
 
+def packed_size(path: Path) -> int:
+    """About the bytes ``packed_copy`` makes of ``path``: half for float16 weights and for a
+    checkpoint packed without moments, two thirds for one with its moments in bfloat16."""
+    size = path.stat().st_size
+    if path.name in HALVED or path.suffix == ".best":
+        return size // 2
+    if path.suffix == ".ckpt":
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        return size // 2 if finished_training(state) else size - size // 3
+    return size
+
+
 def pack(run: Run, run_dir: Path, room: int | None = None) -> str:
     """The compact resume point (``resume_files``) as ``resume.tar.partNN`` under ``$OUT``; when
     the running stage's state does not fit the ``room`` (bytes) the next call has for it or the
@@ -267,12 +281,8 @@ def pack(run: Run, run_dir: Path, room: int | None = None) -> str:
     if room is not None:
         run.summary["steps"].setdefault("pack", {})["room_megabytes"] = round(limit / 2**20, 1)
     dropped = []
-    def size() -> int:  # what packed_copy makes of them
-        halved = sum(p.stat().st_size // 2 for p in keep + running if p.name in HALVED or p.suffix == ".best")
-        compacted = sum(p.stat().st_size // 3 for p in running if p.suffix == ".ckpt")
-        return sum(p.stat().st_size for p in keep + running) - halved - compacted
-
-    while running and size() > limit:
+    estimate = {p: packed_size(p) for p in keep + running}
+    while running and sum(estimate[p] for p in keep + running) > limit:
         dropped.append(running.pop().name)
     if dropped:
         run.summary["steps"].setdefault("pack", {})["left_out"] = dropped
