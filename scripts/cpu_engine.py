@@ -166,6 +166,14 @@ def forward_pass(model, batch: int, width: int, context: int, target):
     return run
 
 
+def pass_widths(text: str) -> tuple[int, ...]:
+    """``--widths``: comma-separated positive integers (argparse turns a ValueError into a usage error)."""
+    widths = tuple(int(w) for w in text.split(","))
+    if min(widths) < 1:
+        raise ValueError(text)
+    return widths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="twemoji")
@@ -173,19 +181,26 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--baseline", type=Path, help="another checkout whose eager AR is timed alongside")
+    parser.add_argument(
+        "--widths",
+        type=pass_widths,
+        default=(1, 16),
+        help="pass widths timed against their floors, e.g. 1,2,4,8,16,32,64",
+    )
     args = parser.parse_args()
+    widths = args.widths
     family = load_family(args.family)
     eager, fast = Engine(family, compile="off"), None
     out = {"family": args.family, "threads": torch.get_num_threads(), "torch": torch.__version__}
     out["bandwidth_GBps"] = bandwidth("cpu", 256) / 1e9
     out["matrix_GFLOPs"] = floor.matrix_rate("cpu") / 1e9
     bw, rate = out["bandwidth_GBps"] * 1e9, out["matrix_GFLOPs"] * 1e9
-    out["passes_eager"] = pass_rows(eager, args.prompt, bw, rate)
+    out["passes_eager"] = pass_rows(eager, args.prompt, bw, rate, widths)
     fast = Engine(family, compile="on")
     for method in METHODS:  # compile (or load) every package the timed runs use, before timing
         fast.generate(args.prompt, method, 0)
     out["execution"] = fast.compilation
-    out["passes_compiled"] = pass_rows(fast, args.prompt, bw, rate)
+    out["passes_compiled"] = pass_rows(fast, args.prompt, bw, rate, widths)
     out["steps"] = step_rows(family, args.prompt, bw, rate)
     images = {}
     baseline = BaselineAR(args.baseline.resolve(), args.family, args.prompt) if args.baseline else None
