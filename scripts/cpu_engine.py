@@ -188,19 +188,18 @@ def main() -> None:
         help="pass widths timed against their floors, e.g. 1,2,4,8,16,32,64",
     )
     args = parser.parse_args()
-    widths = args.widths
     family = load_family(args.family)
     eager, fast = Engine(family, compile="off"), None
     out = {"family": args.family, "threads": torch.get_num_threads(), "torch": torch.__version__}
     out["bandwidth_GBps"] = bandwidth("cpu", 256) / 1e9
     out["matrix_GFLOPs"] = floor.matrix_rate("cpu") / 1e9
     bw, rate = out["bandwidth_GBps"] * 1e9, out["matrix_GFLOPs"] * 1e9
-    out["passes_eager"] = pass_rows(eager, args.prompt, bw, rate, widths)
+    out["passes_eager"] = pass_rows(eager, args.prompt, bw, rate, args.widths)
     fast = Engine(family, compile="on")
     for method in METHODS:  # compile (or load) every package the timed runs use, before timing
         fast.generate(args.prompt, method, 0)
     out["execution"] = fast.compilation
-    out["passes_compiled"] = pass_rows(fast, args.prompt, bw, rate, widths)
+    out["passes_compiled"] = pass_rows(fast, args.prompt, bw, rate, args.widths)
     out["steps"] = step_rows(family, args.prompt, bw, rate)
     images = {}
     baseline = BaselineAR(args.baseline.resolve(), args.family, args.prompt) if args.baseline else None
