@@ -132,7 +132,9 @@ def test_switching_family_shows_its_defaults_and_codebook_ranges():
     names = [k.key for k in knob_table()]
     toy = dict(zip(names, family_knobs("toy"), strict=True))
     emoji = dict(zip(names, family_knobs("emoji-16"), strict=True))
-    assert toy["cfg"]["value"] == 4.0 and emoji["cfg"]["value"] == 3.0  # each family's recommendation
+    recommended = json.loads((Path(__file__).parents[1] / "assets/emoji-16/defaults.json").read_text())["cfg"]
+    assert recommended != 4.0  # else the switch below could not show it
+    assert toy["cfg"]["value"] == 4.0 and emoji["cfg"]["value"] == recommended  # each family's recommendation
     assert emoji["k"]["maximum"] == 63 and emoji["top_k"]["maximum"] == 64  # 64 codes: k < 64
     assert toy["k"]["maximum"] == 127 and toy["top_k"]["maximum"] == 128
     with pytest.raises(gr.Error, match="family must be one of"):

@@ -33,12 +33,13 @@ def test_assets_are_complete_and_carry_every_styles_licence():
 
 
 def test_images_are_emoji_not_noise(engine):
-    """Measured at seed 0: white margins 0.92-1.00, centre deviation 0.29-0.35."""
+    """Measured at seed 0, CFG 5: white top and bottom margins 0.85-0.95 (the grinning face fills
+    its canvas to the top: 0.847), centre deviation 0.32-0.35; noise would have ~0.5 margins."""
     for prompt in ("red apple", "rocket", "grinning face"):
         image = engine.generate(prompt, "ar", 0).image.astype(float) / 255
         assert image.shape == (64, 64, 3)
         border = np.concatenate([image[:4].reshape(-1, 3), image[-4:].reshape(-1, 3)])
-        assert border.mean() > 0.85, prompt
+        assert border.mean() > 0.8, prompt
         assert image[20:44, 20:44].reshape(-1, 3).std() > 0.1, prompt
 
 
