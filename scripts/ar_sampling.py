@@ -24,8 +24,7 @@ from mulo.config import validate
 from mulo.eval import harness
 from mulo.eval.calibrate import parse_start
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from family_bars import evaluation_setup  # noqa: E402
+from family_bars import evaluation_setup  # scripts/family_bars.py, beside this file
 
 
 def main() -> int:
