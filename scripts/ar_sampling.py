@@ -20,11 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from family_bars import evaluation_setup  # scripts/family_bars.py, beside this file
+
 from mulo.config import validate
 from mulo.eval import harness
 from mulo.eval.calibrate import parse_start
-
-from family_bars import evaluation_setup  # scripts/family_bars.py, beside this file
 
 
 def main() -> int:
