@@ -90,6 +90,15 @@ def test_a_saved_search_resumes_without_rerunning_its_points(toy, monkeypatch):
     calls.clear()
     calibrate.calibrate(engine, prompts[:1], FakeQuality(), {"radius": (0, 1, 2)}, saved=partial)
     assert ("ar", "{}") in calls  # other prompts: nothing re-used
+    # the family's default of a tuned knob neither searched nor started changed: the saved points
+    # were measured under the old one and are run again (they are keyed by every tuned knob)
+    calls.clear()
+    window = engine.make_config(None).island_window
+    monkeypatch.setitem(engine.family.defaults, "island_window", 0 if window else 4)
+    calibrate.calibrate(
+        engine, prompts, FakeQuality(), {"radius": (0, 1, 2)}, start={"tau": 0.1, "k": 0}, saved=partial
+    )
+    assert len(calls) == 3 * len(prompts) * len(calibrate.LABELS)
 
 
 def test_the_cli_names_a_bad_start_or_knob_in_one_line(capsys):

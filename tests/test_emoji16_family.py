@@ -91,3 +91,26 @@ def test_quick_benchmark_writes_the_contract(tmp_path):
     for row in result["methods"].values():
         assert row["fd"] is not None and 0 <= row["adherence"] <= 1 and row["latency_s"] > 0
     assert result["device"] == "cpu" and result["threads"] >= 1
+
+
+def test_sampling_script_measures_every_method_at_every_seed_and_refuses_unknown_ones(tmp_path):
+    """``scripts/ar_sampling.py`` (the seeds table of the card's notes): one row per method and
+    setting, FD and adherence per seed; an unknown method is one line and exit 2, before any run."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    script = [sys.executable, str(REPO / "scripts" / "ar_sampling.py"), "--family", FAMILY, "--prompts", "2"]
+    bad = subprocess.run(
+        [*script, "--methods", "ar,mulo-r9", "--settings", ""], capture_output=True, text=True, cwd=REPO
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: unknown method mulo-r9")
+    out = tmp_path / "seeds.json"
+    args = ["--methods", "ar,mulo-r2", "--settings", "", "--seeds", "0,7", "--json", str(out)]
+    good = subprocess.run([*script, *args], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert good.returncode == 0, good.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["method"] for row in rows] == ["ar", "mulo-r2"] and all(row["settings"] == {} for row in rows)
+    for row in rows:
+        assert set(row["seeds"]) == {"0", "7"} and 0 <= row["adherence"] <= 1 and row["fd"] >= 0

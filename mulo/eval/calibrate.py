@@ -67,17 +67,21 @@ def calibrate(
         costs = bench.step_costs(engine, prompts[0][1])
     defaults = engine.make_config(None).to_dict()
     settings = {**{knob: defaults[knob] for knob in search}, **(start or {})}
+    # A point is known by every knob the protocol tunes, not only the searched ones: a search of
+    # island_window resumed after radius changed in the defaults must not re-use radius 2's points
+    fixed = {knob: defaults[knob] for knob in SEARCH if knob in defaults}
     seen: dict[str, dict] = {}
-    if reuse:
-        seen.update((json.dumps(p["settings"], sort_keys=True), p) for p in saved["points"])
+    if reuse:  # points saved before they carried their whole "config" are measured again
+        seen.update((json.dumps(p["config"], sort_keys=True), p) for p in saved["points"] if "config" in p)
 
     def result() -> dict:
         return {"prompts": keys, "ar": ar, "points": list(seen.values()), "settings": settings, "step_cost": costs}
 
     def evaluate(candidate: dict) -> dict:
-        name = json.dumps(candidate, sort_keys=True)
+        config = {**fixed, **candidate}
+        name = json.dumps(config, sort_keys=True)
         if name not in seen:
-            point = {"settings": dict(candidate)}
+            point = {"settings": dict(candidate), "config": config}
             records = harness.run(engine, [(label, label, candidate) for label in LABELS], prompts)
             for label in LABELS:
                 row = harness.aggregate(records[label], quality=quality, keys=keys)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mulo.eval.metrics import adherence, frechet_distance, image_features, prompt_index
+from mulo.eval.metrics import adherence, distinct_texts, frechet_distance, image_features, prompt_index
 from mulo.models.text import words
 
 PROMPT_SEP = "|"  # prompts are words (mulo.models.text.words) joined by spaces, so this never occurs in one
@@ -40,13 +40,22 @@ class Quality:
 
     ``prompts`` [(key, prompt)] are the evaluation list; ``real`` maps each of their keys to the
     features of its real image (what FD compares with); ``text_names`` / ``text_keys`` are the
-    retrieval texts and the emoji each names, ``short_prompts`` each text's short prompts."""
+    retrieval texts and the emoji each names, ``short_prompts`` each text's short prompts; a
+    (text, key) pair given more than once (one per style) is kept once, with the union of its
+    short prompts, so that top-5 means five different texts."""
 
     def __init__(self, clip, prompts, real: dict, text_names: list[str], text_keys: list[str], short_prompts):
         self.clip, self.prompts, self.real = clip, list(prompts), real
-        self.text_names, self.text_keys, self.short_prompts = list(text_names), list(text_keys), short_prompts
+        keep = distinct_texts(list(text_names), list(text_keys))
+        shorts: dict[tuple[str, str], list[str]] = {}
+        for name, key, phrases in zip(text_names, text_keys, short_prompts, strict=True):
+            merged = shorts.setdefault((name, key), [])
+            merged.extend(p for p in phrases if p not in merged)
+        self.text_names = [text_names[i] for i in keep]
+        self.text_keys = [text_keys[i] for i in keep]
+        self.short_prompts = [shorts[(name, key)] for name, key in zip(self.text_names, self.text_keys, strict=True)]
         self.text_embeddings = clip.embed_texts(self.text_names)  # once for every scored image
-        self.fits = prompt_index(self.text_names, self.text_keys, short_prompts)
+        self.fits = prompt_index(self.text_names, self.text_keys, self.short_prompts)
 
     @classmethod
     def from_images(cls, clip, prompts, real_images: np.ndarray, text_names, text_keys, short_prompts) -> Quality:
