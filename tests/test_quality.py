@@ -4,6 +4,7 @@ benchmark loads, byte for byte, so a card re-run changes no shipped metric input
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from mulo.eval.quality import Quality
 from mulo.families import load_family
@@ -45,14 +46,10 @@ class _CraftedClip:
     is its row of ``scores`` (its similarity to each name)."""
 
     def __init__(self, names: list[str], image_scores: list[list[float]]):
-        import torch
-
         self.names, self.scores = names, torch.tensor(image_scores)
         self.logit_scale = torch.zeros(())
 
     def embed_texts(self, texts):
-        import torch
-
         return torch.stack(
             [torch.nn.functional.one_hot(torch.tensor(self.names.index(t)), len(self.names)) for t in texts]
         ).float()
@@ -84,5 +81,5 @@ def test_top5_counts_five_different_texts_when_the_data_names_an_emoji_once_per_
     assert quality.short_prompts[0] == ["grin"] and quality.short_prompts[1] == ["apple"]
     assert quality.adherence(image, ["K1"]) == 1.0
     assert quality.prompt_rank(image[0], {"K1"}) == 2
-    # one image, two texts of different emoji that share a name: both kept ("sun" names two emoji)
+    # two emoji that share a name are two texts: both kept ("sun" names several emoji)
     assert len(Quality(clip, [], {}, ["sun", "sun"], ["K4", "K9"], [[], []]).text_keys) == 2

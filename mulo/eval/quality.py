@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mulo.eval.metrics import adherence, distinct_texts, frechet_distance, image_features, prompt_index
+from mulo.eval.metrics import adherence, frechet_distance, image_features, prompt_index
 from mulo.models.text import words
 
 PROMPT_SEP = "|"  # prompts are words (mulo.models.text.words) joined by spaces, so this never occurs in one
@@ -46,14 +46,12 @@ class Quality:
 
     def __init__(self, clip, prompts, real: dict, text_names: list[str], text_keys: list[str], short_prompts):
         self.clip, self.prompts, self.real = clip, list(prompts), real
-        keep = distinct_texts(list(text_names), list(text_keys))
-        shorts: dict[tuple[str, str], list[str]] = {}
+        shorts: dict[tuple[str, str], list[str]] = {}  # each pair once, in first-seen order
         for name, key, phrases in zip(text_names, text_keys, short_prompts, strict=True):
             merged = shorts.setdefault((name, key), [])
             merged.extend(p for p in phrases if p not in merged)
-        self.text_names = [text_names[i] for i in keep]
-        self.text_keys = [text_keys[i] for i in keep]
-        self.short_prompts = [shorts[(name, key)] for name, key in zip(self.text_names, self.text_keys, strict=True)]
+        self.text_names, self.text_keys = [name for name, _ in shorts], [key for _, key in shorts]
+        self.short_prompts = list(shorts.values())
         self.text_embeddings = clip.embed_texts(self.text_names)  # once for every scored image
         self.fits = prompt_index(self.text_names, self.text_keys, self.short_prompts)
 
