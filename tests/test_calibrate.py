@@ -3,6 +3,7 @@ knob at a time, on crafted measurements (what each setting costs and how good it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -105,8 +106,10 @@ def test_the_cli_names_a_bad_start_or_knob_in_one_line(capsys):
     assert calibrate.main(["--family", "toy", "--start", "tau=x"]) == 2
     assert calibrate.main(["--family", "toy", "--knobs", "tau,depth"]) == 2
     assert calibrate.main(["--family", "toy", "--resume"]) == 2
+    assert calibrate.main(["--family", "toy", "--seeds", "0,0"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 3 and "tau" in lines[0] and "depth" in lines[1] and "--json" in lines[2]
+    assert len(lines) == 4 and "tau" in lines[0] and "depth" in lines[1] and "--json" in lines[2]
+    assert "--seeds" in lines[3]
     assert calibrate.parse_start("tau=0.1, drafting=zipar,k=1") == {"tau": 0.1, "drafting": "zipar", "k": 1}
 
 
@@ -121,3 +124,32 @@ def test_ar_at_other_seeds_is_the_same_prompts_run_again(toy, monkeypatch):
     row = calibrate.ar_other_seeds(Engine(toy), [("k1", "red apple"), ("k2", "cat")], FakeQuality())
     assert seeds == [calibrate.OTHER_SEEDS, calibrate.OTHER_SEEDS + 1]  # not the search's seeds 0, 1
     assert row["fd"] == 1.0 and row["adherence"] == 0.8
+
+
+def test_several_seeds_judge_a_point_by_its_means_over_them(toy, monkeypatch):
+    """Radius 1 is good at the first seed only: one seed keeps it, two seeds' means reject it."""
+    calls = []
+
+    def lucky_at_seed_0(engine, label, prompt, seed, overrides=None, extra=None):
+        calls.append(seed)
+        s = {"radius": 1, **(overrides or {})}
+        good = label == "ar" or s["radius"] == 2 or (s["radius"] == 1 and seed < 100)
+        measured = fake_measure(engine, label, prompt, seed, overrides, extra)
+        return dataclasses.replace(measured, image=np.full((2, 2, 3), 255 if good else 0, np.uint8))
+
+    monkeypatch.setattr(harness, "measure", lucky_at_seed_0)
+    monkeypatch.setattr(bench, "step_costs", lambda engine, prompt: {"drafter_r2": 0.5, "drafter_r4": 0.25})
+    engine, prompts, search = Engine(toy), [("k1", "red apple"), ("k2", "cat")], {"radius": (1, 2)}
+    one = calibrate.calibrate(engine, prompts, FakeQuality(), search, start={"tau": 0.1, "k": 0})
+    assert one["settings"]["radius"] == 1 and one["seeds"] == [0]
+    calls.clear()
+    two = calibrate.calibrate(engine, prompts, FakeQuality(), search, start={"tau": 0.1, "k": 0}, seeds=(0, 1000))
+    assert two["settings"]["radius"] == 2 and sorted(set(calls)) == [0, 1, 1000, 1001]
+    point = next(p for p in two["points"] if p["settings"]["radius"] == 1)
+    row = point["mulo-v2-r2"]
+    assert row["per_seed"] == {"0": {"fd": 1.0, "adherence": 0.8}, "1000": {"fd": 2.0, "adherence": 0.0}}
+    assert row["fd"] == 1.5 and row["adherence"] == 0.4 and row["nfe"]["drafter"] == 16
+    # a search saved at other seeds is not re-used: its rows are other means
+    calls.clear()
+    calibrate.calibrate(engine, prompts, FakeQuality(), search, start={"tau": 0.1, "k": 0}, saved=one, seeds=(0, 1000))
+    assert 1000 in calls

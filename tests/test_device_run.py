@@ -165,12 +165,21 @@ def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
         assert wheels == sorted(w.split("==")[0].replace("-", "_") for w in prepare.WHEELS)
         reference = json.loads((out / "cpu_reference.json").read_text())
         assert reference["family"] == "toy" and set(reference["tokens"]) >= {"ar", "mulo"}
-        sizes = prepare.travelling_bytes((".device-test",), without=prepare.SLIM)
+        # a call that checks fits beside the tree without a resume point; one that only trains
+        # (the checked family left behind too) with the committed one
+        sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, "resume/emoji"))
+        assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
+        sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, *prepare.TRAIN_ONLY))
         assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
         # the room a call that only trains leaves its resume point: the committed one fits it
         room = json.loads((out / "room.json").read_text())["resume_bytes"]
         committed = prepare.size_of(ROOT / "resume" / "emoji")
         assert committed + prepare.BUNDLE_MAX <= room, (committed, room)
+        # a call that only trains never reads the CPU's tokens: --train-only does not compute them
+        (out / "cpu_reference.json").unlink()
+        only_trains = ("--train-only", "--no-wheels", "--no-bundle")
+        call("scripts/device/prepare.py", "--out", str(out), "--family", "toy", *only_trains)
+        assert not (out / "cpu_reference.json").exists() and (out / "room.json").exists()
     finally:
         import shutil
 
@@ -181,6 +190,8 @@ def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
 def test_run_refuses_bad_arguments_in_one_line(tmp_path, args):
     proc = subprocess.run(
         [sys.executable, "scripts/device/run.py", "--smoke", "--out", str(tmp_path), *args],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2 and "error:" in proc.stderr.strip().splitlines()[-1]
