@@ -198,9 +198,7 @@ OTHER_SEEDS = 1000  # AR again from this seed on: how far FD moves with the seed
 def ar_other_seeds(engine: Engine, prompts: list[tuple[str, str]], quality: Quality | None) -> dict:
     """AR's row on the same prompts at other seeds: the noise against which "FD within 10 % of
     AR's" is judged (a point's FD moves this much by its seeds alone)."""
-    keys = [key for key, _ in prompts]
-    records = harness.run(engine, [("ar", "ar", {})], prompts, seed=OTHER_SEEDS)["ar"]
-    return harness.aggregate(records, quality=quality, keys=keys)
+    return seeded_row(engine, [("ar", "ar", {})], prompts, quality, [OTHER_SEEDS])["ar"]
 
 
 def _seed_list(text: str) -> tuple[int, ...]:

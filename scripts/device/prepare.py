@@ -71,9 +71,9 @@ def write_bundle(out: Path, cache: Path | None) -> None:
     from mulo.train import styles
 
     styles.write_bundle(cache or Path.home() / ".cache" / "mulo" / "styles", out)
-    if out.stat().st_size > BUNDLE_MAX:
-        size = out.stat().st_size / 2**20
-        raise SystemExit(f"error: {out} is {size:.1f} MB, over the {BUNDLE_MAX / 2**20:.0f} planned")
+    size = out.stat().st_size
+    if size > BUNDLE_MAX:
+        raise SystemExit(f"error: {out} is {size / 2**20:.1f} MB, over the {BUNDLE_MAX / 2**20:.0f} planned")
 
 
 def write_reference(family: str, out: Path) -> None:
