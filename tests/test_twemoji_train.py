@@ -166,6 +166,24 @@ def test_the_card_states_the_ar_models_own_weight_decay():
     assert weight_decay_text(loop.WEIGHT_DECAY, None) == "0.01"  # a report from before the budget named it
 
 
+def test_each_recipe_s_vq_encodes_its_three_sizes_to_its_grids():
+    """A recipe's patch sets its VQ's depth: emoji-16-128's 8-px patches turn 128, 64 and 32 px into
+    the 16x16, 8x8 and 4x4 grids that emoji-16's 4-px patches make of 64, 32 and 16 px."""
+    import torch
+
+    from mulo.models.vq import VQTokenizer
+    from mulo.train import recipes
+
+    for name, recipe in recipes.RECIPES.items():
+        tok = VQTokenizer(recipes.build_vq(recipe.vq_codes[0], recipe.patch))
+        grids = [tok.encode(torch.rand(1, 3, px, px)).shape[-1] for px in recipe.sizes]
+        assert grids == [recipe.grid(stage) for stage in ("target", "drafter_r2", "drafter_r4")], name
+    assert recipes.RECIPES["emoji-16-128"].grid("target") == recipes.RECIPES["emoji-16"].grid("target") == 16
+    for patch in (2, 6, 12):
+        with pytest.raises(ValueError, match="power of two of at least 4"):
+            recipes.vq_config(64, patch)
+
+
 @pytest.mark.parametrize("family, px", [("twemoji", 128), ("emoji-16", 64), ("emoji", 128)])
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine
@@ -238,6 +256,14 @@ def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px)
         assert studied["step"] == looked["step"]
         assert studied["cpu_minutes"] == round(report["target"]["seconds"] / 60, 2)  # the finished stage's
         assert studied["val_loss"] > 0 and studied["train_loss"] > 0 and studied["val_unseen_emoji_loss"] > 0
+        # the study's VQ ceiling is the card's, from the run folder alone (its float32 VQ, the card's float16)
+        ceiling = study.vq_ceiling(pipe)
+        assert ceiling["codes"] == report["vq"]["codes"] and ceiling["prompts"] == metrics["prompts"]
+        for row in ("real images", "VQ reconstructions"):
+            card_row = metrics["methods"][row]
+            assert ceiling[row]["adherence"] == card_row["adherence"]
+            assert ceiling[row]["fd"] == pytest.approx(card_row["fd"], rel=0.02, abs=0.002)
+        assert ceiling["psnr"] > 0 and ceiling["grid"] == px // 4
         assert studied["val_over_train"] == round(studied["val_loss"] / studied["train_loss"], 3)
         assert studied["prompts"] == 2 and studied["ar_nll"] > 0 and 1 <= studied["distinct_images"] <= 2
     (tmp_path / "target.pt").rename(tmp_path / "run" / "target.pt")

@@ -117,8 +117,12 @@ register(
 register("twemoji-64", "trained by us, 16x16 tokens at 64 px, on a CPU", "mulo.families.twemoji", trained=True)
 register("emoji", "trained by us, 32x32 tokens in five emoji styles (issue 38)", "mulo.families.twemoji", trained=True)
 register(
-    "emoji-16", "trained by us on a CPU, 16x16 tokens at 64 px in five emoji styles (issue 46)", "mulo.families.twemoji",
-    trained=True,
+    "emoji-16", "trained by us on a CPU, 16x16 tokens at 64 px in five emoji styles (issue 46)",
+    "mulo.families.twemoji", trained=True,
+)  # fmt: skip
+register(
+    "emoji-16-128", "issue 46's study candidate (b): 16x16 tokens of 8-px patches at 128 px, 256 codes",
+    "mulo.families.twemoji", trained=True,
 )  # fmt: skip
 register("toy", "random weights, 8x8 tokens (code paths only)", "mulo.families.toy")
 # Tar's weights come from the Hub (``python -m mulo download tar``); loading never goes online.

@@ -33,7 +33,7 @@ def export(pipe) -> None:
     load = lambda name: torch.load(pipe.run / f"{name}.pt", map_location="cpu", weights_only=True)  # noqa: E731
     clip_vocab = json.loads((pipe.run / "clip_vocab.json").read_text())
     save("clip", load("clip"), {"vocab": clip_vocab, "max_len": COND_LEN})
-    save("vq", load("vq"), vq_config(pipe.codes))  # (JSON writes its tuples as lists)
+    save("vq", load("vq"), vq_config(pipe.codes, pipe.recipe.patch))  # (JSON writes its tuples as lists)
     for stage in AR_MODELS:
         save(stage, load(stage), json.loads((pipe.run / f"{stage}.json").read_text()))
     save("eagle_head", load("eagle"), {"of": "target", "n_layer": 1})

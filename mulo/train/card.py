@@ -161,7 +161,7 @@ def evaluate(engine: Engine, data: EmojiData, clip, out: Path, count: int = N_EV
     quality = reference(data, clip, prompts)
     results = score_methods(engine, quality, CARD_METHODS, seed)
     short = _short_prompt_adherence(engine, data, quality, seed)
-    results.update(_ceilings(engine, quality, real_images(data, quality.keys)))
+    results.update(ceilings(engine.family.vq, quality, real_images(data, quality.keys)))
     grid_images, captions = [], []
     # smoke runs know only a few words: fall back to the evaluation prompts
     sample_prompts = SAMPLE_PROMPTS if count >= len(SAMPLE_PROMPTS) else [n for _, n in prompts[:2]]
@@ -198,12 +198,11 @@ def _short_prompt_adherence(engine, data: EmojiData, quality: Quality, seed: int
 
 
 @torch.no_grad()
-def _ceilings(engine, quality: Quality, images: np.ndarray) -> dict:
-    """What the metrics give the real ``images`` of the quality's prompts and their VQ
-    reconstructions: the most an AR model of this tokenizer can reach (FD of the real images
+def ceilings(vq, quality: Quality, images: np.ndarray) -> dict:
+    """What the metrics give the real ``images`` of the quality's prompts and their reconstructions
+    by the ``vq`` tokenizer: the most an AR model of this tokenizer can reach (FD of the real images
     against themselves is 0 by definition)."""
     x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
-    vq = engine.family.vq
     recon = vq.decode(vq.encode(x.to(vq.codebook.device))).cpu()
     untimed = {"seconds_per_image": None, "nfe_target": None, "nfe_drafter": None}
     return {
@@ -266,7 +265,7 @@ def model_fields(recipe: dict, budget: dict, geometry: dict) -> dict:
     """The template's fields on the family's geometry, its models and how they were trained."""
     vq, target, small, hyper, optimizer = (recipe[k] for k in ("vq", "target", "draft_model", "hyper", "optimizer"))
     px = geometry["px"]
-    side = px // 4  # the VQ downsamples 4x
+    side = px // geometry.get("patch", 4)  # the VQ's patch side in pixels
     return {
         "family": geometry["family"],
         "px": px,

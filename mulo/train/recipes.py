@@ -136,12 +136,25 @@ FULL_128 = replace(
 )
 
 
-def vq_config(codes: int) -> dict:
-    return {**VQ_CONFIG, "num_vq_embeddings": codes}
+def vq_config(codes: int, patch: int = 4) -> dict:
+    """``VQ_CONFIG`` with ``codes`` codes over ``patch``-pixel patches: each block after the first
+    halves the image, so 4-px patches take three blocks and 8-px ones a fourth, as wide as the last."""
+    blocks = patch.bit_length()
+    if patch < 4 or patch != 2 ** (blocks - 1):
+        raise ValueError(f"the VQ's patch must be a power of two of at least 4 pixels, not {patch}")
+    channels = VQ_CONFIG["block_out_channels"]
+    channels = channels + channels[-1:] * (blocks - len(channels))
+    return {
+        **VQ_CONFIG,
+        "block_out_channels": channels,
+        "down_block_types": ("DownEncoderBlock2D",) * blocks,
+        "up_block_types": ("UpDecoderBlock2D",) * blocks,
+        "num_vq_embeddings": codes,
+    }
 
 
-def build_vq(codes: int) -> VQModel:
-    return VQModel(**vq_config(codes))
+def build_vq(codes: int, patch: int = 4) -> VQModel:
+    return VQModel(**vq_config(codes, patch))
 
 
 @dataclass(frozen=True)
@@ -181,6 +194,7 @@ class Recipe:
     styles: tuple[str, ...] = ()  # multi-style data: the style words (``mulo.train.styles``); () = Twemoji only
     hyper: Hyper = field(default_factory=Hyper)
     int8_models: tuple[str, ...] = ()  # exported as int8 + row scales (``mulo.families.int8``), to fit assets/
+    patch: int = 4  # the VQ's patch side in pixels: the target's grid is px / patch tokens a side
 
     @property
     def sizes(self) -> tuple[int, int, int]:
@@ -188,7 +202,7 @@ class Recipe:
 
     def grid(self, stage: str) -> int:
         """Side of ``stage``'s token grid."""
-        side = self.px // 4
+        side = self.px // self.patch
         return {"target": side, "drafter_r2": side // 2, "drafter_r4": side // 4, "draft_model": side}[stage]
 
     def gpt_config(self, stage: str, vocab: int, cond_dim: int) -> GPTConfig:
@@ -376,6 +390,20 @@ RECIPES["emoji-16"] = replace(
     # In float16 the family is 37 MB and twemoji 30: both would not fit the 60 MB of assets/. Its
     # AR models in int8 (the drafters are as large as the target) bring it to ~22 MB.
     int8_models=("target", "drafter_r2", "drafter_r4", "draft_model", "eagle_head"),
+)
+
+# Issue 46's study candidate (b): the same 16x16 target sequences as ``emoji-16``, but over 128 px
+# renders with a VQ of 8-px patches and a larger codebook (crisper images for the same sequence
+# cost; the drafters see 64 px and 32 px, 8x8 and 4x4 tokens). It shares emoji-16's mini-CLIP (a
+# 64 px judge) so that the VQ's reconstructions are scored alike. The target's budget is (a)'s
+# first plan, 3,000 steps, so that its study point at step 1,300 sits where (a)'s did on the cosine.
+RECIPES["emoji-16-128"] = replace(
+    RECIPES["emoji-16"],
+    family="emoji-16-128",
+    px=128,
+    patch=8,
+    vq_codes=(256,),
+    budget=replace(CPU_EMOJI_16, ar_steps=3000),
 )
 
 STAGES = ("data", "clip", "vq", "tokens", "target", "drafter_r2", "drafter_r4", "draft_model")

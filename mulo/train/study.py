@@ -11,6 +11,12 @@ CPU-minutes its checkpoint records:
 - the generalisation probe (``mulo.eval.generalisation``) of the target alone on the card's first
   evaluation prompts: AR's samples' NLL under the plain distribution (issue: >= 0.3 nats/token),
   the share of tokens two seeds' images differ in (>= 30 %) and the distinct images per prompt.
+
+With ``--ceiling`` (needs only the VQ and the mini-CLIP, so it runs before the target trains) it
+reports instead what the run's VQ (or ``--vq FILE`` in the run folder) gives the card's evaluation
+prompts: the FD and adherence of their real images' reconstructions, and their PSNR. AR draws at
+best what its tokenizer reconstructs, so the issue's AR bars (adherence >= 0.75, FD <= 1.5x the
+reconstructions') are in reach only where these clear them.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mulo.engine import Engine
 from mulo.eval import generalisation
+from mulo.models.vq import VQTokenizer
 from mulo.train import card, peek
 from mulo.train.ar_stage import ar_data, held_out, validation_loss
-from mulo.train.recipes import RECIPES
+from mulo.train.recipes import RECIPES, build_vq
 from mulo.train.twemoji import Pipeline
 
 LOSS_IMAGES = 256  # per group: two decimals, seconds on a CPU
@@ -72,6 +80,33 @@ def study(pipe: Pipeline, n_prompts: int = 24, seeds: int = 5) -> dict:
     }
 
 
+def vq_ceiling(pipe: Pipeline, vq_file: str = "vq.pt") -> dict:
+    """The card's ceilings (``card.ceilings``) for ``vq_file``'s tokenizer on the card's evaluation
+    prompts, with the reconstructions' PSNR and the tokenizer's geometry."""
+    state = torch.load(pipe.run / vq_file, map_location="cpu", weights_only=True)
+    codes = state["quantize.embedding.weight"].shape[0]
+    vq = build_vq(codes, pipe.recipe.patch)
+    vq.load_state_dict(state)
+    tok = VQTokenizer(vq.to(pipe.device))
+    quality = card.reference(pipe.data, pipe.load_clip(), card.eval_prompts(pipe.data, pipe.budget.eval_prompts))
+    real = card.real_images(pipe.data, quality.keys)
+    with torch.no_grad():
+        scores = card.ceilings(tok, quality, real)
+        x = torch.from_numpy(real).permute(0, 3, 1, 2).float().to(pipe.device) / 255
+        mse = float(((tok.decode(tok.encode(x)) - x) ** 2).mean())
+    return {
+        "family": pipe.recipe.family,
+        "vq": vq_file,
+        "codes": codes,
+        "px": pipe.recipe.px,
+        "patch": pipe.recipe.patch,
+        "grid": pipe.recipe.grid("target"),
+        "prompts": len(quality.keys),
+        "psnr": round(10 * float(np.log10(1 / max(mse, 1e-10))), 2),
+        **{name: {k: row[k] for k in ("fd", "adherence")} for name, row in scores.items()},
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", choices=[f for f, r in RECIPES.items() if r.styles], default="emoji-16")
@@ -81,6 +116,10 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=int, default=24, help="evaluation prompts (default 24)")
     parser.add_argument("--seeds", type=int, default=5, help="AR seeds per prompt (default 5)")
     parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument("--ceiling", action="store_true", help="the VQ's ceilings instead (no target needed)")
+    parser.add_argument(
+        "--vq", default="vq.pt", help="with --ceiling: the VQ weights in the run folder (default vq.pt)"
+    )
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.seeds < 2:
         parser.error("--prompts must be at least 1 and --seeds at least 2")
@@ -91,7 +130,7 @@ def main(argv=None) -> int:
     budget = recipe.smoke if args.smoke else recipe.budget
     pipe = Pipeline(run_dir, run_dir / "assets", recipe, budget, cache=args.cache)  # writes nothing
     try:
-        result = study(pipe, args.prompts, args.seeds)
+        result = vq_ceiling(pipe, args.vq) if args.ceiling else study(pipe, args.prompts, args.seeds)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -134,7 +134,7 @@ class Pipeline:
         return clip.to(self.device).eval()
 
     def load_vq(self) -> VQModel:
-        vq = build_vq(self.codes)
+        vq = build_vq(self.codes, self.recipe.patch)
         vq.load_state_dict(torch.load(self.run / "vq.pt", map_location="cpu", weights_only=True))
         return vq.to(self.device).eval()
 
@@ -197,7 +197,7 @@ class Pipeline:
         sizes = {p.name: round(p.stat().st_size / 2**20, 2) for p in sorted(self.assets.glob("*.safetensors"))}
         sizes["total"] = round(sum(sizes.values()), 2)
         recipe = dict(
-            vq=vq_config(self.codes),
+            vq=vq_config(self.codes, self.recipe.patch),
             target=self.recipe.target,
             draft_model=self.recipe.draft_model,
             cfg_dropout=CFG_DROPOUT,
@@ -208,6 +208,7 @@ class Pipeline:
         geometry = dict(
             family=self.recipe.family,
             px=self.recipe.px,
+            patch=self.recipe.patch,
             svg=self.recipe.svg,
             styles=self.recipe.styles,
             int8_models=self.recipe.int8_models,

@@ -14,6 +14,8 @@ from diffusers import VQModel
 from mulo.train.loop import train
 from mulo.train.recipes import build_vq, choose_codebook
 
+QUALITY_CHUNK = 256  # validation images per VQ call in ``vq_quality``
+
 
 def stage_vq(pipe) -> None:
     """One VQ per candidate codebook size; with several, the oracle MuLo-SD of each goes into
@@ -42,7 +44,7 @@ def stage_vq(pipe) -> None:
 def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
     d = pipe.data
     torch.manual_seed(pipe.seed)
-    vq = build_vq(codes).to(pipe.device)
+    vq = build_vq(codes, pipe.recipe.patch).to(pipe.device)
     train_idx = np.flatnonzero(~d.is_val)
     images = [pipe.images_at(px) for px in pipe.recipe.sizes]
     rng = pipe.rng("vq")
@@ -107,19 +109,29 @@ def vq_quality(pipe, vq) -> dict:
 
     tok = VQTokenizer(vq.eval())
     val = np.flatnonzero(pipe.data.is_val)
+    # in chunks of images: the whole validation split at 128 px through the VQ at once takes tens of GB
+    chunks = [val[i : i + QUALITY_CHUNK] for i in range(0, len(val), QUALITY_CHUNK)]
     out = {}
     for size in pipe.recipe.sizes:
-        x = pipe.images_at(size, val).to(pipe.device)
-        codes = tok.encode(x)
-        mse = float(((tok.decode(codes) - x) ** 2).mean())
+        squared, used = 0.0, set()
+        for chunk in chunks:
+            x = pipe.images_at(size, chunk).to(pipe.device)
+            codes = tok.encode(x)
+            squared += float(((tok.decode(codes) - x) ** 2).sum())
+            used.update(codes.unique().tolist())
+        mse = squared / (len(val) * 3 * size * size)
         out[f"val_psnr_{size}px"] = round(10 * np.log10(1 / max(mse, 1e-10)), 2)
-        out[f"codes_used_{size}px"] = int(codes.unique().numel())
+        out[f"codes_used_{size}px"] = len(used)
     # What a perfect drafter could get accepted at k = 0: the share of the target's codes that
     # the pixel up-sampler (whole image at once) reproduces from the px / r encoding, and, for
-    # comparison, from the px / r image itself with no low-res VQ.
-    target = pipe.images_at(pipe.recipe.px, val).to(pipe.device)
+    # comparison, from the px / r image itself with no low-res VQ (every image has as many codes,
+    # so a share over the split is the mean of the chunks' shares weighted by their sizes).
     for r in (2, 4):
-        shares = upsampling_agreement(tok, PixelUpsampler(tok, r), target, r)
+        upsampler, shares = PixelUpsampler(tok, r), {"from_tokens": 0.0, "from_pixels": 0.0}
+        for chunk in chunks:
+            part = upsampling_agreement(tok, upsampler, pipe.images_at(pipe.recipe.px, chunk), r)
+            for key in shares:
+                shares[key] += part[key] * len(chunk) / len(val)
         out[f"val_draft_agreement_r{r}"] = round(shares["from_tokens"], 4)
         out[f"val_resize_agreement_r{r}"] = round(shares["from_pixels"], 4)
     return out
