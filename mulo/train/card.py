@@ -200,14 +200,15 @@ def _short_prompt_adherence(engine, data: EmojiData, quality: Quality, seed: int
 @torch.no_grad()
 def ceilings(vq, quality: Quality, images: np.ndarray) -> dict:
     """What the metrics give the real ``images`` of the quality's prompts and their reconstructions
-    by the ``vq`` tokenizer: the most an AR model of this tokenizer can reach (FD of the real images
-    against themselves is 0 by definition)."""
+    by the ``vq`` tokenizer (with their PSNR): the most an AR model of this tokenizer can reach (FD
+    of the real images against themselves is 0 by definition)."""
     x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
     recon = vq.decode(vq.encode(x.to(vq.codebook.device))).cpu()
+    psnr = round(10 * float(np.log10(1 / max(float(((recon - x) ** 2).mean()), 1e-10))), 2)
     untimed = {"seconds_per_image": None, "nfe_target": None, "nfe_drafter": None}
     return {
         "real images": {"fd": 0.0, "adherence": round(quality.adherence(x, quality.keys), 4), **untimed},
-        "VQ reconstructions": {**rounded(quality.score(recon, quality.keys)), **untimed},
+        "VQ reconstructions": {**rounded(quality.score(recon, quality.keys)), "psnr": psnr, **untimed},
     }
 
 

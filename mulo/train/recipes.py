@@ -396,7 +396,8 @@ RECIPES["emoji-16"] = replace(
 # renders with a VQ of 8-px patches and a larger codebook (crisper images for the same sequence
 # cost; the drafters see 64 px and 32 px, 8x8 and 4x4 tokens). It shares emoji-16's mini-CLIP (a
 # 64 px judge) so that the VQ's reconstructions are scored alike. The target's budget is (a)'s
-# first plan, 3,000 steps, so that its study point at step 1,300 sits where (a)'s did on the cosine.
+# first plan, 3,000 steps, so that a study point at step 1,300 would sit where (a)'s did on the
+# cosine; it was not trained: the VQ alone ruled (b) out (docs/emoji-family.md, session 13).
 RECIPES["emoji-16-128"] = replace(
     RECIPES["emoji-16"],
     family="emoji-16-128",

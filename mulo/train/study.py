@@ -26,7 +26,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from mulo.engine import Engine
@@ -34,7 +33,7 @@ from mulo.eval import generalisation
 from mulo.models.vq import VQTokenizer
 from mulo.train import card, peek
 from mulo.train.ar_stage import ar_data, held_out, validation_loss
-from mulo.train.recipes import RECIPES, build_vq
+from mulo.train.recipes import RECIPES
 from mulo.train.twemoji import Pipeline
 
 LOSS_IMAGES = 256  # per group: two decimals, seconds on a CPU
@@ -83,26 +82,18 @@ def study(pipe: Pipeline, n_prompts: int = 24, seeds: int = 5) -> dict:
 def vq_ceiling(pipe: Pipeline, vq_file: str = "vq.pt") -> dict:
     """The card's ceilings (``card.ceilings``) for ``vq_file``'s tokenizer on the card's evaluation
     prompts, with the reconstructions' PSNR and the tokenizer's geometry."""
-    state = torch.load(pipe.run / vq_file, map_location="cpu", weights_only=True)
-    codes = state["quantize.embedding.weight"].shape[0]
-    vq = build_vq(codes, pipe.recipe.patch)
-    vq.load_state_dict(state)
-    tok = VQTokenizer(vq.to(pipe.device))
+    tok = VQTokenizer(pipe.load_vq(vq_file))
     quality = card.reference(pipe.data, pipe.load_clip(), card.eval_prompts(pipe.data, pipe.budget.eval_prompts))
-    real = card.real_images(pipe.data, quality.keys)
-    with torch.no_grad():
-        scores = card.ceilings(tok, quality, real)
-        x = torch.from_numpy(real).permute(0, 3, 1, 2).float().to(pipe.device) / 255
-        mse = float(((tok.decode(tok.encode(x)) - x) ** 2).mean())
+    scores = card.ceilings(tok, quality, card.real_images(pipe.data, quality.keys))
     return {
         "family": pipe.recipe.family,
         "vq": vq_file,
-        "codes": codes,
+        "codes": tok.vocab_size,
         "px": pipe.recipe.px,
         "patch": pipe.recipe.patch,
         "grid": pipe.recipe.grid("target"),
         "prompts": len(quality.keys),
-        "psnr": round(10 * float(np.log10(1 / max(mse, 1e-10))), 2),
+        "psnr": scores["VQ reconstructions"]["psnr"],
         **{name: {k: row[k] for k in ("fd", "adherence")} for name, row in scores.items()},
     }
 

@@ -133,9 +133,12 @@ class Pipeline:
         clip.load_state_dict(torch.load(self.run / "clip.pt", map_location="cpu", weights_only=True))
         return clip.to(self.device).eval()
 
-    def load_vq(self) -> VQModel:
-        vq = build_vq(self.codes, self.recipe.patch)
-        vq.load_state_dict(torch.load(self.run / "vq.pt", map_location="cpu", weights_only=True))
+    def load_vq(self, name: str = "vq.pt") -> VQModel:
+        """The VQ weights ``name`` in the run folder (a study candidate's too: its codebook size is
+        read off the weights)."""
+        state = torch.load(self.run / name, map_location="cpu", weights_only=True)
+        vq = build_vq(state["quantize.embedding.weight"].shape[0], self.recipe.patch)
+        vq.load_state_dict(state)
         return vq.to(self.device).eval()
 
     # -- driver ----------------------------------------------------------------------------------
