@@ -1,5 +1,9 @@
 """Command line: ``python -m mulo generate --prompt "red apple" --method mulo --seed 0``.
 
+The one entry point for everything a user runs: ``generate``, ``train``, ``bench``, ``download``
+here, and the measurement verbs (``calibrate``, ``generalisation``, ``study``, ``peek``,
+``oracle``, ``knobs``), each handed to its module's ``main`` with the rest of the command line.
+
 Every knob of ``GenerationConfig`` is a flag named by its key (``rows_per_block`` ->
 ``--rows-per-block``; the guidance scale is ``--cfg``, also ``--guidance``), its help the field's
 own. Methods come from the registry (``mulo.methods``). Bad input ends with one ``error:`` line
@@ -44,8 +48,8 @@ def _method_help() -> str:
     return f"decoding method (default mulo). {listed}"
 
 
-def _family_help(trained: bool = False) -> str:
-    return families.described(families.trained() if trained else families.names())
+def _family_help() -> str:
+    return families.described(families.names())
 
 
 COMPILE_HELP = (
@@ -72,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
-    tr = sub.add_parser("train", help=f"train a model family ({_family_help(trained=True)})")
-    tr.add_argument("family", choices=families.trained())
+    tr = sub.add_parser("train", help="train a model family from its recipe (docs/training.md)")
+    tr.add_argument("family", metavar="RECIPE", help="a recipe of mulo/train/recipes.py, e.g. twemoji, emoji-16")
     tr.add_argument("--smoke", action="store_true", help="a few steps of every stage on a few images")
     tr.add_argument("--device", default="cpu")
     tr.add_argument("--run-dir", type=Path, help="checkpoints and the report (default runs/FAMILY)")
@@ -126,7 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument(
         "--res", type=int, choices=[512, 1024], default=512, help="AR-DTok target: 512 px (r=2) or 1024 px (r=4)"
     )
+    for verb, (_, summary) in DELEGATED.items():  # listed here; parsed by their own modules
+        sub.add_parser(verb, help=summary, add_help=False)
     return parser
+
+
+# Verbs whose module parses its own arguments: verb -> (module with ``main(argv)``, one-line help).
+DELEGATED = {
+    "calibrate": ("mulo.eval.calibrate", "a family's MuLo-SD defaults by the paper's protocol"),
+    "generalisation": ("mulo.eval.generalisation", "a target's held-out loss and its seeds' diversity"),
+    "study": ("mulo.eval.probes.study", "a training run's geometry study (losses, ceilings, generalisation)"),
+    "peek": ("mulo.eval.probes.peek", "a look at a target still training, scored as the model card scores"),
+    "oracle": ("mulo.eval.probes.oracle", "the oracle MuLo-SD table of a VQ tokenizer"),
+    "knobs": ("mulo.config", "print the knob table (docs/method.md's)"),
+}
 
 
 def _bench_labels() -> tuple[list[str], list[str]]:
@@ -310,11 +327,14 @@ def cmd_train(args) -> int:
     if args.adopt and not (args.adopt / "training_report.json").is_file():
         raise UsageError(f"--adopt {args.adopt}: not an exported family (no training_report.json there)")
 
-    from mulo.train import twemoji
+    from mulo.train import pipeline
+    from mulo.train.recipes import RECIPES
 
+    if args.family not in RECIPES:
+        raise UsageError(f"no recipe {args.family!r}; recipes: {', '.join(RECIPES)}")
     logging.getLogger("mulo").setLevel(logging.INFO)
     only = args.stages.split(",") if args.stages else None
-    report = twemoji.run(
+    report = pipeline.run(
         args.family, args.run_dir, args.assets, args.smoke, args.device, only, args.cache, adopt=args.adopt
     )
     print(json.dumps(report, indent=1))
@@ -323,6 +343,12 @@ def cmd_train(args) -> int:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        import importlib
+
+        module = importlib.import_module(DELEGATED[argv[0]][0])
+        return module.main(argv[1:], prog=f"python -m mulo {argv[0]}") or 0
     args = build_parser().parse_args(argv)
     try:
         return {"generate": cmd_generate, "train": cmd_train, "download": cmd_download, "bench": cmd_bench}[

@@ -7,7 +7,7 @@ every trace written so far.
 
 ``knob_table()`` reads the declarations back as ``Knob`` rows; the CLI's flags, ``validate``, the
 app's Advanced panel (one row per group), the ``/generate`` signature and the knob table of
-docs/method.md (``python -m mulo.config``) are all made from it, so a knob added here reaches each.
+docs/method.md (``python -m mulo knobs``) are all made from it, so a knob added here reaches each.
 """
 
 from __future__ import annotations
@@ -407,5 +407,10 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # python -m mulo.config: the knob table of docs/method.md
+def main(argv=None, prog=None) -> int:
+    """``python -m mulo knobs``: the knob table of docs/method.md, in Markdown."""
+    import argparse
+
+    argparse.ArgumentParser(prog=prog, description="print the knob table (docs/method.md's)").parse_args(argv)
     print(markdown_table(), end="")
+    return 0

@@ -191,29 +191,11 @@ class Trace:
             "execution": self.execution,
         }
 
-    @classmethod
-    def from_dict(cls, d: dict, vocab_size: int | None = None) -> Trace:
-        """A trace from its JSON form, validated first (``mulo.tracefile.parse``); raises
-        ``TraceError``."""
-        from mulo.tracefile import parse
-
-        return parse(d, vocab_size)
-
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), separators=(",", ":"))
         if path is not None:
             Path(path).write_text(text)
         return text
-
-    @classmethod
-    def from_json(cls, text_or_path: str | Path, vocab_size: int | None = None) -> Trace:
-        """A trace from JSON text or a file (at most ``MAX_TRACE_BYTES``); raises ``TraceError``."""
-        from mulo.tracefile import loads, parse, read_trace_file
-
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            return read_trace_file(text_or_path, vocab_size=vocab_size)
-        return parse(loads(text), vocab_size)
 
 
 def grid_json(grid: np.ndarray) -> list | dict:

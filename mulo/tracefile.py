@@ -450,3 +450,12 @@ def parse(data: dict, vocab_size: int | None = None, methods: Iterable[str] | No
         chain=data.get("chain", data["method"] in CHAIN_METHODS_BEFORE_THE_FIELD),
         execution=data.get("execution", "eager"),  # traces from before graphed passes: all eager
     )
+
+
+def load_trace(text_or_path: str | Path, vocab_size: int | None = None) -> Trace:
+    """A trace from JSON text or a file (at most ``MAX_TRACE_BYTES``), validated; raises ``TraceError``.
+    The one way back from a trace's JSON (``Trace`` is a plain record: it writes, this reads)."""
+    text = str(text_or_path)
+    if not text.lstrip().startswith("{"):
+        return read_trace_file(text_or_path, vocab_size=vocab_size)
+    return parse(loads(text), vocab_size)

@@ -13,6 +13,7 @@ from PIL import Image
 
 from mulo.config import knob_table
 from mulo.trace import Trace
+from mulo.tracefile import parse
 from mulo.ui import figures, handlers, viz
 from mulo.ui.files import DISPLAY, example_traces
 from mulo.ui.knobs import family_knobs
@@ -52,7 +53,7 @@ def test_generate_streams_rounds_then_the_results(finished):
     assert "wall-clock" in md_mulo and "cost" in md_mulo and "drafts" in md_mulo and "NFE target" in md_third
     assert "tokens differ from AR's" in md_mulo and "tokens differ" not in md_ar
     assert "prompt match: not scored" in md_ar  # the toy family has no scorer
-    traces = [Trace.from_dict(json_ar), Trace.from_dict(json_mulo)]
+    traces = [parse(json_ar), parse(json_mulo)]
     assert [t.method for t in traces] == ["ar", "mulo"]
     assert traces[1].config["tau"] == 0.3
     assert len(files) == 3 and all(json.loads(Path(f).read_text())["schema"] == "mulo.trace/1" for f in files)

@@ -13,7 +13,7 @@ from gradio_client import Client  # noqa: E402
 
 import app  # noqa: E402
 from mulo.config import knob_table  # noqa: E402
-from mulo.trace import Trace  # noqa: E402
+from mulo.tracefile import parse
 from mulo.ui.files import DISPLAY  # noqa: E402
 
 
@@ -48,8 +48,8 @@ def test_generate_streams_and_returns_both_images_and_traces(client):
     assert any("**MuLo-SD** finished" in str(update[9]) for update in updates)
     assert Image.open(img_ar).size == Image.open(img_mulo).size == (DISPLAY, DISPLAY)
     assert img_third is None and md_third == ""
-    assert Trace.from_dict(json_ar).method == "ar" and Trace.from_dict(json_mulo).method == "mulo"
-    assert Trace.from_dict(json_mulo).seed == 5 and len(files) == 2
+    assert parse(json_ar).method == "ar" and parse(json_mulo).method == "mulo"
+    assert parse(json_mulo).seed == 5 and len(files) == 2
 
 
 def test_bad_input_is_an_error_and_the_next_request_works(client):
@@ -62,14 +62,14 @@ def test_bad_input_is_an_error_and_the_next_request_works(client):
     with pytest.raises(AppError, match=r"top_k must be an integer in \[0, 128\] \(got 600\)"):
         client.predict("red apple", 0, "toy", top_k=600, api_name="/generate")
     out = client.predict("red apple", 1, "toy", api_name="/generate")
-    assert Trace.from_dict(out[7]).method == "mulo"
+    assert parse(out[7]).method == "mulo"
 
 
 def test_a_cancelled_request_leaves_the_engine_usable(client):
     job = client.submit("red apple", 2, "toy", "sjd", api_name="/generate")
     job.cancel()
     out = client.predict("red apple", 2, "toy", api_name="/generate")
-    assert Trace.from_dict(out[6]).method == "ar"
+    assert parse(out[6]).method == "ar"
 
 
 def test_eight_concurrent_clients_three_requests_each(client):
@@ -80,7 +80,7 @@ def test_eight_concurrent_clients_three_requests_each(client):
         seen = []
         for j in range(3):
             out = own.predict("red apple", 10 * i + j, "toy", api_name="/generate")
-            seen.append((Trace.from_dict(out[6]).seed, Trace.from_dict(out[7]).seed, Image.open(out[1]).size))
+            seen.append((parse(out[6]).seed, parse(out[7]).seed, Image.open(out[1]).size))
         own.close()
         return seen
 
@@ -117,7 +117,7 @@ def _raw(client, data: list) -> str:
 def test_seeds_are_exact_integers_below_2_pow_63(client):
     for seed in (2**62, 2**62 + 12345, 2**63 - 1, str(2**53 + 1)):
         out = client.predict("red apple", seed, "toy", api_name="/generate")
-        assert Trace.from_dict(out[6]).seed == int(seed)
+        assert parse(out[6]).seed == int(seed)
     for seed in (2**63, -1, 10**400, "abc", "5.5", 1.5, True):
         assert "seed must be an integer in [0, 2^63)" in _error(client, "red apple", seed, "toy")
     assert "seed is required" in _error(client, "red apple", "", "toy")
@@ -151,14 +151,14 @@ def test_the_api_documents_the_types_it_accepts(client):
     assert params["tau"]["type"]["maximum"] == 1.01
     assert {t["type"] for t in params["seed"]["type"]["anyOf"]} == {"integer", "string"}
     out = client.predict("red apple", 3, "toy", r=4, tau=0.5, radius=2, api_name="/generate")
-    assert Trace.from_dict(out[7]).config["r"] == 4
+    assert parse(out[7]).config["r"] == 4
 
 
 def test_prompts_are_validated_with_what_was_dropped(client):
     stream = _raw(client, ["red \ud800", 0, "toy"])
     assert "prompt is not valid text (an unpaired surrogate at character 4)" in stream, stream
     out = client.predict("one two three four five", 0, "toy", api_name="/generate")
-    assert Trace.from_dict(out[7]).warnings == ["only the first 4 words are used (dropped: five)"]
+    assert parse(out[7]).warnings == ["only the first 4 words are used (dropped: five)"]
     assert "only the first 4 words are used" in out[4]
 
 

@@ -84,6 +84,7 @@ NO_MPS = "no MPS device is available"
         (["train", "twemoji", "--assets", "{file}/a"], "error: --assets {file}/a: {file} is a file, not a directory"),
         (["train", "twemoji", "--cache", "{file}"], "error: --cache {file} is a file, not a directory"),
         (["train", "emoji-16", "--stages", "vq,targt"], "error: unknown stage targt: the stages are data, clip"),
+        (["train", "twemoj"], "error: no recipe 'twemoj'; recipes: twemoji, "),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message, tmp_path, monkeypatch, capsys):
@@ -133,14 +134,14 @@ def test_paths_and_device_are_checked_before_any_model_loads(argv, message, tmp_
     import mulo.engine
     import mulo.families
     import mulo.families.tar
-    import mulo.train.twemoji
+    import mulo.train.pipeline
     from mulo.__main__ import main
 
     file = tmp_path / "file"
     file.write_text("not a folder")
     for target in (mulo.engine.Engine, "__init__"), (mulo.engine.Engine, "generate"), (mulo.families, "load_family"):
         monkeypatch.setattr(*target, _boom)
-    monkeypatch.setattr(mulo.train.twemoji, "run", _boom)
+    monkeypatch.setattr(mulo.train.pipeline, "run", _boom)
     monkeypatch.setattr(mulo.families.tar, "download", _boom)
     monkeypatch.setattr(mulo.families.tar, "_cache_dir", lambda: str(file / "hub"))
 
@@ -169,10 +170,10 @@ def test_cuda_index_beyond_the_devices_present(monkeypatch, capsys):
 
 
 def test_a_twemoji_family_without_weights_says_how_to_get_them(tmp_path, monkeypatch, capsys):
-    import mulo.families.twemoji
+    import mulo.families.emoji
     from mulo.__main__ import main
 
-    monkeypatch.setattr(mulo.families.twemoji, "ASSETS_ROOT", tmp_path)
+    monkeypatch.setattr(mulo.families.emoji, "ASSETS_ROOT", tmp_path)
     (tmp_path / "emoji-16").mkdir()
     (tmp_path / "emoji-16" / "target.safetensors").touch()  # the other family is shipped
     assert main(["generate", "--family", "twemoji", "--prompt", "red apple"]) == 2
@@ -213,3 +214,21 @@ def test_failed_final_write_is_one_line(tmp_path, monkeypatch, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err == f"error: {trace}: No space left on device\n", err
+
+
+def test_every_verb_is_one_command_line(capsys):
+    """The measurement verbs are ``python -m mulo VERB``, parsed by their own modules, named in
+    their usage and listed in the top-level help."""
+    from mulo.__main__ import DELEGATED, build_parser, main
+    from mulo.config import markdown_table
+
+    listed = build_parser().format_help()
+    assert all(verb in listed for verb in DELEGATED)
+    assert main(["knobs"]) == 0 and capsys.readouterr().out == markdown_table()
+    for verb in DELEGATED:
+        with pytest.raises(SystemExit) as stop:
+            main([verb, "--help"])
+        assert stop.value.code == 0 and capsys.readouterr().out.startswith(f"usage: python -m mulo {verb}")
+    with pytest.raises(SystemExit) as stop:
+        main(["calibrate", "--prompts", "many"])
+    assert stop.value.code == 2 and "argument --prompts: invalid int value" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The prepared device run (issue 49), rehearsed on this CPU: ``scripts/device/run.py --smoke`` runs
+"""The prepared device run (issue 49), rehearsed on this CPU: ``tools/device/run.py --smoke`` runs
 every step a GPU call runs (checks, measurements, training stopped at its time limit, the resume
 point packed into parts that fit the files that come back) and a second call continues the
 training from those parts; ``prepare.py`` builds what the call carries within the run tool's
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "device"))
+sys.path.insert(0, str(ROOT / "tools" / "device"))
 
 import prepare  # noqa: E402
 import run as device_run  # noqa: E402
@@ -37,7 +37,7 @@ def test_the_step_budgets_fit_one_call_and_a_session():
 def test_smoke_run_checks_measures_trains_and_resumes(tmp_path):
     first, second = tmp_path / "out1", tmp_path / "out2"
     run_dir = tmp_path / "run"
-    common = ["scripts/device/run.py", "--smoke", "--run-dir", str(run_dir), "--resume", str(tmp_path / "none")]
+    common = ["tools/device/run.py", "--smoke", "--run-dir", str(run_dir), "--resume", str(tmp_path / "none")]
     call(*common, "--out", str(first), "--budget", "1000", "--train-budget", "20", timeout=1200)
     summary = json.loads((first / "summary.json").read_text())
     steps = summary["steps"]
@@ -160,14 +160,14 @@ def test_pack_keeps_the_resume_point_within_the_next_calls_room(tmp_path, monkey
 def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
     out = ROOT / ".device-test"  # inside the repository, as .device is (git ignores neither: removed after)
     try:
-        call("scripts/device/prepare.py", "--out", str(out), "--family", "toy", "--no-bundle")
+        call("tools/device/prepare.py", "--out", str(out), "--family", "toy", "--no-bundle")
         wheels = sorted(p.name.split("-")[0].lower() for p in (out / "wheels").glob("*.whl"))
         assert wheels == sorted(w.split("==")[0].replace("-", "_") for w in prepare.WHEELS)
         reference = json.loads((out / "cpu_reference.json").read_text())
         assert reference["family"] == "toy" and set(reference["tokens"]) >= {"ar", "mulo"}
         # a call that checks fits beside the tree without a resume point; one that only trains
         # (the checked family left behind too) with the committed one
-        sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, "resume/emoji"))
+        sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, "tools/resume/emoji"))
         assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
         sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, *prepare.TRAIN_ONLY))
         assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
@@ -178,7 +178,7 @@ def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
         # a call that only trains never reads the CPU's tokens: --train-only does not compute them
         (out / "cpu_reference.json").unlink()
         only_trains = ("--train-only", "--no-wheels", "--no-bundle")
-        call("scripts/device/prepare.py", "--out", str(out), "--family", "toy", *only_trains)
+        call("tools/device/prepare.py", "--out", str(out), "--family", "toy", *only_trains)
         assert not (out / "cpu_reference.json").exists() and (out / "room.json").exists()
     finally:
         import shutil
@@ -189,7 +189,7 @@ def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
 @pytest.mark.parametrize("args", [["--skip", "train,bogus"], ["--budget", "100"]])
 def test_run_refuses_bad_arguments_in_one_line(tmp_path, args):
     proc = subprocess.run(
-        [sys.executable, "scripts/device/run.py", "--smoke", "--out", str(tmp_path), *args],
+        [sys.executable, "tools/device/run.py", "--smoke", "--out", str(tmp_path), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -94,14 +94,15 @@ def test_quick_benchmark_writes_the_contract(tmp_path):
 
 
 def test_sampling_script_measures_every_method_at_every_seed_and_refuses_unknown_ones(tmp_path):
-    """``scripts/ar_sampling.py`` (the seeds table of the card's notes): one row per method and
+    """``tools/experiments/ar_sampling.py`` (the seeds table of the card's notes): one row per method and
     setting, FD and adherence per seed; an unknown method is one line and exit 2, before any run."""
     import subprocess
     import sys
 
     from tests.helpers import REPO
 
-    script = [sys.executable, str(REPO / "scripts" / "ar_sampling.py"), "--family", FAMILY, "--prompts", "2"]
+    script = [sys.executable, str(REPO / "tools" / "experiments" / "ar_sampling.py")]
+    script += ["--family", FAMILY, "--prompts", "2"]
     bad = subprocess.run(
         [*script, "--methods", "ar,mulo-r9", "--settings", ""], capture_output=True, text=True, cwd=REPO
     )

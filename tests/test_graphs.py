@@ -1,7 +1,7 @@
 """Graphed passes and bf16 (issue 49), checked on the CPU as far as a CPU can: the static-buffer
 path that CUDA graphs replay (``graphs="emulate"``) gives the same tokens as eager passes for every
 method; the trace names how passes ran; a bf16 family runs every method. The CUDA graphs
-themselves run in the device script's GPU checks (``scripts/device/gpu_checks.py``)."""
+themselves run in the device script's GPU checks (``tools/device/gpu_checks.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from mulo import methods
 from mulo.engine import Engine
 from mulo.runner import ModelRunner
-from mulo.trace import Trace
+from mulo.tracefile import parse
 
 from .test_shapes import VARIANTS
 
@@ -32,11 +32,11 @@ def test_graph_static_buffers_give_the_same_tokens(toy, method, knobs):
 
 def test_execution_survives_the_trace_file(toy):
     result = Engine(toy, fixed_shapes=True, graphs="emulate").generate("red apple", "mulo", 0)
-    again = Trace.from_dict(result.trace.to_dict())
+    again = parse(result.trace.to_dict())
     assert again.execution == "emulated graphs"
     old = result.trace.to_dict()
     del old["execution"]  # a trace from before the field: its passes ran eagerly
-    assert Trace.from_dict(old).execution == "eager"
+    assert parse(old).execution == "eager"
 
 
 def test_graphs_need_fixed_shapes_and_a_known_mode(toy):

@@ -1,6 +1,7 @@
 """The layering, checked on the source: ``app.py -> mulo.ui -> engine -> methods -> runner ->
 models``, families and eval beside the engine, ``train`` on top: it imports everything and
-nothing imports it. Every import counts, including those inside functions."""
+nothing imports it but the CLI and the probes of a training run (``mulo.eval.probes``). Every
+import counts, including those inside functions; no module imports itself back through others."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ GRAPH = {module_name(p): imports(p) for p in SOURCES}
 
 
 def test_the_graph_is_read_from_every_module():
-    assert {"mulo.engine", "mulo.runner", "mulo.methods", "mulo.methods.mulo", "mulo.train.twemoji", "app"} <= set(
+    assert {"mulo.engine", "mulo.runner", "mulo.methods", "mulo.methods.mulo", "mulo.train.pipeline", "app"} <= set(
         GRAPH
     )
     assert any(under(name, "mulo.methods") for name, _ in GRAPH["mulo.engine"])
@@ -73,10 +74,17 @@ def test_nothing_outside_train_imports_train():
         and not under(module, "mulo.train")
         # the command line is the top of the stack: `python -m mulo train` runs the training
         and module != "mulo.__main__"
+        # the probes look at a training run (its folder, data and checkpoints); nothing imports them but the CLI
+        and not under(module, "mulo.eval.probes")
     ]
     assert offenders == []
     cli_imports = [name for name, _ in GRAPH["mulo.__main__"] if under(name, "mulo.train")]
-    assert cli_imports and set(cli_imports) <= {"mulo.train", "mulo.train.twemoji"}
+    assert cli_imports and set(cli_imports) <= {
+        "mulo.train",
+        "mulo.train.pipeline",
+        "mulo.train.recipes",
+        "mulo.train.recipes.RECIPES",
+    }
 
 
 def test_nothing_imports_the_top_layers():
@@ -120,3 +128,67 @@ def test_the_engine_and_below_run_without_gradio():
         if under(name, "gradio") or under(name, "spaces")
     ]
     assert offenders == []
+
+
+def module_edges(graph: dict) -> dict[str, set[str]]:
+    """module -> the modules of ``graph`` it imports (``from mulo import x`` resolved to ``mulo.x``
+    when that is a module, else to ``mulo``)."""
+    edges = {}
+    for module, found in graph.items():
+        targets = set()
+        for name, _ in found:
+            while name and name not in graph:
+                name = name.rpartition(".")[0]
+            if name and name != module and not under(module, name):  # a package's own __init__ is no edge
+                targets.add(name)
+        edges[module] = targets
+    return edges
+
+
+def cycles(graph: dict) -> list[list[str]]:
+    """Every import cycle's modules (strongly connected components of two or more modules, Tarjan)."""
+    edges, index, low, stack, on_stack, found = module_edges(graph), {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    # the check finds a cycle made of function-local imports, as trace <-> tracefile was
+    fake = {
+        "mulo.trace": imports_of("def load():\n    from mulo.tracefile import parse\n"),
+        "mulo.tracefile": imports_of("from mulo.trace import Trace\n"),
+        "mulo.grid": imports_of("import numpy\n"),
+    }
+    assert cycles(fake) == [["mulo.trace", "mulo.tracefile"]]
+    assert cycles(GRAPH) == []
+
+
+def test_one_command_line():
+    """Everything a user runs goes through ``python -m mulo VERB``: no other module of the package
+    is a ``__main__`` script (the demo is ``app.py``)."""
+    scripts = [m for m, p in zip(GRAPH, SOURCES, strict=True) if '__name__ == "__main__"' in p.read_text()]
+    assert scripts == ["mulo.__main__", "app"]  # and the demo, `python app.py`

@@ -85,9 +85,9 @@ def test_the_app_shows_each_knob_with_its_one_range():
 
 def test_the_docs_knob_table_is_the_one_made_from_the_declarations():
     text = DOCS.read_text()
-    start = text.index("<!-- knob table: python -m mulo.config -->\n") + len(
-        "<!-- knob table: python -m mulo.config -->\n"
+    start = text.index("<!-- knob table: python -m mulo knobs -->\n") + len(
+        "<!-- knob table: python -m mulo knobs -->\n"
     )
     end = text.index("<!-- end of knob table -->")
-    assert text[start:end] == markdown_table(), "docs/method.md's knob table is stale: run python -m mulo.config"
+    assert text[start:end] == markdown_table(), "docs/method.md's knob table is stale: run python -m mulo knobs"
     assert len(re.findall(r"^\| `--", text[start:end], re.M)) == len(knob_table())

@@ -8,7 +8,7 @@ import pytest
 from mulo import methods
 from mulo.methods import names as method_names
 from mulo.trace import Round, Trace
-from mulo.tracefile import validate
+from mulo.tracefile import load_trace, parse, validate
 
 
 @pytest.mark.parametrize("method", method_names())
@@ -18,7 +18,7 @@ def test_json_round_trip_and_schema(engine, method, tmp_path):
     trace.to_json(path)
     data = json.loads(path.read_text())
     validate(data)
-    again = Trace.from_json(path)
+    again = load_trace(path)
     assert again.to_dict() == trace.to_dict()
     config = data["config"]
     for knob in (
@@ -43,7 +43,7 @@ def test_json_round_trip_and_schema(engine, method, tmp_path):
     assert data["latency_s"] >= sum(v for k, v in data["timings_s"].items()) * 0.99
     # a trace written before traces recorded ``chain`` reads it from its method's name, the same
     assert data.pop("chain") is methods.get(method).chain
-    assert Trace.from_dict(data).summary() == trace.summary()
+    assert parse(data).summary() == trace.summary()
 
 
 def test_mostly_constant_grids_are_written_sparse_and_read_back_exactly(engine):
@@ -53,7 +53,7 @@ def test_mostly_constant_grids_are_written_sparse_and_read_back_exactly(engine):
     assert isinstance(first["accepted"], dict) and isinstance(first["score"], dict)  # mostly 0 / -1
     assert isinstance(data["rounds"][-1]["tokens"], list)  # the finished canvas: dense rows
     names = ("draft", "accepted", "rejected", "reopened", "islands", "resampled", "tokens", "score")
-    for before, after in zip(trace.rounds, Trace.from_dict(data).rounds, strict=True):
+    for before, after in zip(trace.rounds, parse(data).rounds, strict=True):
         for name in names[:-1]:
             np.testing.assert_array_equal(getattr(before, name), getattr(after, name))
         np.testing.assert_allclose(before.score, after.score, atol=1e-6)  # scores are written to 6 decimals
@@ -71,7 +71,7 @@ def test_bad_traces_are_rejected_with_a_reason(engine):
     with pytest.raises(ValueError, match="8x8 grid"):
         validate(dict(data, tokens=[[0]]))
     with pytest.raises(ValueError, match="invalid JSON"):
-        Trace.from_json("{not json")
+        load_trace("{not json")
 
 
 def test_summary_definitions():

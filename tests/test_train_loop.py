@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from mulo.train.card_sections import stage_hardware
 from mulo.train.loop import MIN_LR_SCALE, lr_scale, train
+from mulo.train.stages.card_text import stage_hardware
 
 
 def test_warm_up_then_cosine():

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import app
-from mulo.trace import Trace, grid_json
-from mulo.tracefile import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB
+from mulo.trace import grid_json
+from mulo.tracefile import MAX_GRID_SIDE, MAX_TRACE_BYTES, MAX_VOCAB, load_trace, parse
 from mulo.ui import files as ui_files
 from mulo.ui import handlers, viz
 from mulo.ui.markdown import plain
@@ -74,7 +74,7 @@ def test_trace_bounds_cover_every_family(toy):
         # proposed (sparse form) and only its canvas is every token.
         longest = json.dumps(_sd_like(config["vocab_size"], side, side * side, every_grid_random=side <= 16))
         assert len(longest) < MAX_TRACE_BYTES / 2, name
-        assert len(Trace.from_json(longest).rounds) == side * side
+        assert len(load_trace(longest).rounds) == side * side
 
 
 @pytest.mark.parametrize("method", ["sd", "sjd", "eagle2"])
@@ -88,7 +88,7 @@ def test_a_32x32_trace_of_the_methods_with_most_rounds_fits_the_limit(method):
     trace = Engine(toy.build(grid=32)).generate("red apple", method, 0).trace
     assert len(trace.rounds) > 500
     text = trace.to_json()
-    assert len(text) < MAX_TRACE_BYTES / 2 and Trace.from_json(text).to_dict() == trace.to_dict()
+    assert len(text) < MAX_TRACE_BYTES / 2 and load_trace(text).to_dict() == trace.to_dict()
 
 
 def _sd_like(vocab: int, side: int, rounds: int, every_grid_random: bool = True) -> dict:
@@ -156,7 +156,7 @@ def test_round_pictures_of_a_replay_are_drawn_on_demand(base_trace, toy, monkeyp
     calls = []
     original = views.Painter.__call__
     monkeypatch.setattr(views.Painter, "__call__", lambda self, tokens: calls.append(1) or original(self, tokens))
-    view = replay_view(Trace.from_dict(base_trace), toy)
+    view = replay_view(parse(base_trace), toy)
     assert len(calls) == 1  # the final image only
     first = view.canvases[0]
     assert first is view.canvases[0] and len(calls) == 2  # drawn once, then kept

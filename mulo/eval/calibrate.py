@@ -1,6 +1,6 @@
 """A family's MuLo-SD defaults by the paper's protocol: its knobs tuned until its quality matches AR's.
 
-``python -m mulo.eval.calibrate [--family NAME] [--prompts 24] [--json out.json]``
+``python -m mulo calibrate [--family NAME] [--prompts 24] [--json out.json]``
 
 AR runs the prompts once. Then, from the family's defaults, each knob of ``SEARCH`` in turn takes
 each of its values with the others fixed (a coordinate search); every point runs MuLo-SD v2 at
@@ -150,10 +150,10 @@ def describe(point: dict) -> str:
     return " | ".join(parts) + (" | keeps AR's quality" if point["keeps_quality"] else " | loses quality")
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog=None) -> int:
     from mulo.families import DEFAULT_FAMILY, load_family
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--family", default=DEFAULT_FAMILY)
     parser.add_argument("--prompts", type=int, default=24, help="evaluation prompts (default 24)")
     parser.add_argument("--json", type=Path, help="write the points and the settings found here, after every point")
@@ -232,6 +232,3 @@ def parse_start(text: str) -> dict:
             start[knob.strip()] = value.strip()
     return start
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,9 @@ import torch.nn.functional as F
 
 from mulo.grid import expand, islands
 from mulo.methods.mulo import ready_in_islands
+from mulo.models.upsample import PixelUpsampler
 from mulo.models.vq import VQTokenizer
+from mulo.sampling import NeighbourTable
 
 
 @torch.no_grad()
@@ -107,3 +109,35 @@ def oracle_mulo(vq: VQTokenizer, upsampler, images: torch.Tensor, low_images: to
         "reopened": sum(x["reopened"] for x in rounds) / n,
         **{f"speedup_{s}": n * height * width / sum(fixed + x[s] for x in rounds) for s in schemes},
     }
+
+
+def oracle_table(vq: VQTokenizer, scales: dict, n_images: int, px=128, radii=range(4), ks=(0, 4)) -> list[dict]:
+    """The oracle table of ``vq``: one row per (r, k, l) over the first ``n_images`` of ``scales``
+    (``{size: uint8 [N, size, size, 3]}`` renders at ``px``, ``px/2`` and ``px/4``): what the
+    VQ study of a candidate codebook reads."""
+
+    def pixels(size: int) -> torch.Tensor:
+        return torch.from_numpy(scales[size][:n_images]).permute(0, 3, 1, 2).float() / 255
+
+    neighbours = NeighbourTable(vq.codebook)
+    rows = []
+    for r in (2, 4):
+        upsampler, low = PixelUpsampler(vq, r), pixels(px // r)
+        for k in ks:
+            for radius in radii:
+                pooled = neighbours.table(k).cpu() if k else None
+                result = oracle_mulo(vq, upsampler, pixels(px), low, r, radius, pooled, RESAMPLING_SCHEMES)
+                rows.append({"r": r, "k": k, "l": radius, **result})
+    return rows
+
+
+def oracle_markdown(rows: list[dict]) -> str:
+    schemes = list(RESAMPLING_SCHEMES)
+    head = "| r | k | l | accepted | re-opened | " + " | ".join(f"bound {s}" for s in schemes) + " |"
+    lines = [head, "|" + "---|" * (5 + len(schemes))]
+    for row in rows:
+        bounds = " | ".join(f"{row[f'speedup_{s}']:.2f}x" for s in schemes)
+        lines.append(
+            f"| {row['r']} | {row['k']} | {row['l']} | {row['accepted']:.3f} | {row['reopened']:.3f} | {bounds} |"
+        )
+    return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""Does a family's target generalise, or has it memorised one image per prompt? ``python -m
-mulo.eval.generalisation [--family twemoji] [--prompts 24] [--seeds 5]`` measures, on the first
+"""Does a family's target generalise, or has it memorised one image per prompt? ``python -m mulo
+generalisation [--family twemoji] [--prompts 24] [--seeds 5]`` measures, on the first
 evaluation prompts (issue 38's checks, before and after a long run):
 
 - ``ar_nll``: AR's own samples (family defaults) scored under the target's plain distribution
@@ -105,8 +105,8 @@ def probe(engine: Engine, prompts: list[str], seeds: int = 5, runs=None, overrid
     }
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, prog=None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="twemoji")
     parser.add_argument("--prompts", type=int, default=24, help="first evaluation prompts (default 24)")
     parser.add_argument("--seeds", type=int, default=5, help="AR seeds per prompt for the diversity (default 5)")
@@ -128,6 +128,3 @@ def main(argv=None) -> int:
     print(json.dumps(probe(engine, prompts, args.seeds), indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

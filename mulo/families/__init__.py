@@ -24,7 +24,9 @@ class FamilySpec:
     name: str
     summary: str
     module: str  # imported on first use; its ``load(name, device)`` builds the family
-    trained: bool = False  # trained here (``python -m mulo train NAME``) and shipped in assets/NAME
+    # trained here (``python -m mulo train NAME``) and shipped in assets/NAME; a recipe whose models
+    # are not trained yet (mulo/train/recipes.py) is registered once they are
+    trained: bool = False
 
     def shipped(self) -> bool:
         """Whether the weights are on this machine without a download (a trained family: in assets/;
@@ -111,18 +113,13 @@ def load_family(name: str, device: str = "cpu", dtype: str = "auto"):
 DEFAULT_FAMILY = "twemoji"
 
 register(
-    "twemoji", "trained by us, 32x32 tokens at 128 px (Tar's 512 px geometry), on a CPU", "mulo.families.twemoji",
+    "twemoji", "trained by us, 32x32 tokens at 128 px (Tar's 512 px geometry), on a CPU", "mulo.families.emoji",
     trained=True,
 )  # fmt: skip
-register("twemoji-64", "trained by us, 16x16 tokens at 64 px, on a CPU", "mulo.families.twemoji", trained=True)
-register("emoji", "trained by us, 32x32 tokens in five emoji styles (issue 38)", "mulo.families.twemoji", trained=True)
+register("twemoji-64", "trained by us, 16x16 tokens at 64 px, on a CPU", "mulo.families.emoji", trained=True)
 register(
     "emoji-16", "trained by us on a CPU, 16x16 tokens at 64 px in five emoji styles (issue 46)",
-    "mulo.families.twemoji", trained=True,
-)  # fmt: skip
-register(
-    "emoji-16-128", "issue 46's study candidate (b): 16x16 tokens of 8-px patches at 128 px, 256 codes",
-    "mulo.families.twemoji", trained=True,
+    "mulo.families.emoji", trained=True,
 )  # fmt: skip
 register("toy", "random weights, 8x8 tokens (code paths only)", "mulo.families.toy")
 # Tar's weights come from the Hub (``python -m mulo download tar``); loading never goes online.

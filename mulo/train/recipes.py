@@ -1,6 +1,6 @@
 """What the emoji families (``twemoji``, ``twemoji-64``, ``emoji``) are trained to: geometry,
 architectures, budgets, each stage's learning rate and sizes, knob defaults, the VQ study's rule
-(``mulo.train.twemoji`` runs them)."""
+(``mulo.train.pipeline`` runs them)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,139 @@
+"""The twemoji families, trained by ``python -m mulo train NAME`` and shipped in assets/NAME.
+
+Each has a target AR model, equal-size drafters on the half (r=2) and quarter (r=4) grid, a small
+same-grid draft model for SD (and LANTERN-chain), learned up-samplers for r=2 and r=4, an EAGLE draft head,
+a diffusers VQModel shared by every resolution and the mini-CLIP text encoder as conditioner.
+``twemoji``: 32x32 target tokens (128 px); ``twemoji-64``: 16x16 (64 px), the first family.
+Weights are fp16 safetensors, loaded as float32; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from diffusers import VQModel
+from safetensors.torch import load_file
+
+from mulo import families
+from mulo.families import ASSETS_ROOT, int8
+from mulo.families.base import Evaluation, Family
+from mulo.models.eagle import EagleHead
+from mulo.models.gpt import GPT, GPTConfig
+from mulo.models.text import MiniCLIP, words
+from mulo.models.upsample import TokenUpsampler
+from mulo.models.vq import VQTokenizer
+
+FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
+
+
+def load_weights(folder: Path, name: str) -> tuple[dict, dict]:
+    """The JSON config and the float32 state dict of one exported model (``name``.json/.safetensors;
+    float16, or int8 with row scales: ``mulo.families.int8``)."""
+    config = json.loads((folder / f"{name}.json").read_text())
+    return config, int8.dequantize(load_file(folder / f"{name}.safetensors"))
+
+
+def _gpt(folder: Path, name: str) -> GPT:
+    config, state = load_weights(folder, name)
+    model = GPT(GPTConfig.from_json(config))
+    model.load_state_dict(state)
+    return model
+
+
+def load_vq(folder: Path) -> VQTokenizer:
+    """The tokenizer of ``vq.json`` / ``vq.safetensors`` in ``folder`` (the family's, or a run's export)."""
+    config, state = load_weights(folder, "vq")
+    model = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+    model.load_state_dict(state)
+    return VQTokenizer(model.eval())
+
+
+class PromptConditioner:
+    """Prompt -> mini-CLIP per-word features.
+
+    ``aliases`` maps emoji short names to emoji names ("pizza" -> "slice of pizza", from
+    emoji.json): the AR models learnt names, and a short name alone is what people type."""
+
+    def __init__(self, clip: MiniCLIP, aliases: dict[str, str] | None = None):
+        self.clip = clip
+        self.aliases = dict(aliases or {})
+
+    def alias(self, prompt: str) -> str | None:
+        """The emoji name ``prompt`` is a short name of, or None."""
+        return self.aliases.get(" ".join(words(prompt)))
+
+    def check(self, prompt: str) -> None:
+        self.clip.check_prompt(prompt)
+
+    def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
+        return self.clip.condition(prompt)[0]  # deterministic: the seed does not matter
+
+    def ignored(self, prompt: str) -> list[str]:
+        """What of ``prompt`` the condition leaves out, one sentence each (the trace's warnings)."""
+        tokenizer = self.clip.tokenizer
+        known, unknown = tokenizer.split(prompt)
+        notes = [f"unknown words ignored: {', '.join(unknown)}"] if unknown else []
+        # accents, emoji, other scripts: the tokenizer reads a-z and digits (ASCII punctuation separates words)
+        dropped = sorted({c for c in prompt if not c.isascii() and not c.isspace()})
+        if dropped:
+            notes.append(f"characters ignored: {' '.join(dropped)}")
+        if len(known) > tokenizer.max_len:
+            notes.append(
+                f"only the first {tokenizer.max_len} known words are used "
+                f"(dropped: {' '.join(known[tokenizer.max_len :])})"
+            )
+        return notes
+
+
+def load(name: str, device: str = "cpu") -> Family:
+    """The registry's entry point (``mulo.families``): the shipped family ``name`` on ``device``."""
+    return build(name).to(device)
+
+
+def build(name: str, folder: str | Path | None = None) -> Family:
+    """The family ``name`` from ``folder`` (default: assets/NAME, where ``name`` must be a registered
+    trained family; a training run names its own folder and may build a recipe not registered yet)."""
+    if folder is None and name not in families.trained():
+        raise ValueError(f"a trained family must be one of {', '.join(families.trained())} (got {name!r})")
+    folder = Path(folder) if folder is not None else ASSETS_ROOT / name
+    missing = [f"{n}.{ext}" for n in FILES for ext in ("json", "safetensors") if not (folder / f"{n}.{ext}").exists()]
+    if missing:
+        shipped = [n for n in families.trained() if n != name and families.get(n).shipped()]
+        raise FileNotFoundError(
+            f"{name} weights missing in {folder} ({', '.join(missing[:3])}...): "
+            f"train them with python -m mulo train {name}, or use --family {' or '.join([*shipped, 'toy'])}"
+        )
+    config, state = load_weights(folder, "clip")
+    clip = MiniCLIP(config["vocab"], max_len=config["max_len"])
+    clip.load_state_dict(state)
+    vq = load_vq(folder)
+    upsamplers = {}
+    for r in (2, 4):
+        config, state = load_weights(folder, f"upsampler_r{r}")
+        upsamplers[r] = TokenUpsampler(**config)
+        upsamplers[r].load_state_dict(state)
+    defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
+    aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
+    styles = json.loads((folder / "styles.json").read_text()) if (folder / "styles.json").exists() else []
+    target = _gpt(folder, "target")
+    head = None
+    if (folder / "eagle_head.safetensors").exists():  # EAGLE-2's head, trained on this target
+        head = EagleHead(target.config)
+        head.load_state_dict(load_weights(folder, "eagle_head")[1])
+    return Family(
+        name,
+        target,
+        {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
+        vq,
+        PromptConditioner(clip.eval(), aliases),
+        draft_model=_gpt(folder, "draft_model"),
+        upsamplers=upsamplers,
+        defaults=defaults,
+        evaluation=Evaluation(folder, clip),  # the metrics' files live beside the weights
+        eagle_head=head,
+        no_eagle_head=f"{folder} has no eagle_head.safetensors (train one: python -m mulo train {name} "
+        f"--adopt {folder} --stages data,clip,vq,tokens,target,eagle,export)",
+        styles=tuple(s["word"] for s in styles),
+    )

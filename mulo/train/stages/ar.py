@@ -1,0 +1,213 @@
+"""The AR stages of the emoji families' training (``mulo.train.pipeline.Pipeline``): the target, the
+r = 2 and r = 4 drafters and the same-grid draft model, each a GPT trained on the tokens stage's
+token grids and text conditions. ``ar_data`` and ``ar_batch`` also feed the EAGLE stage."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mulo.methods.zipar import proxied_targets, training_inputs, training_mask
+from mulo.models.gpt import GPT
+from mulo.train import styles
+from mulo.train.loop import autocast, init_weights, train
+from mulo.train.recipes import CFG_DROPOUT, COND_LEN
+
+VALIDATION_IMAGES = 512  # held-out images the AR stages' model selection scores (a fixed subset)
+MEASURED_WINDOWS = (4, 8)  # ZipAR windows whose teacher-forced loss the report gives
+
+
+def stage_ar(pipe, stage: str) -> None:
+    """Train ``stage`` (``target``, ``drafter_r2``, ``drafter_r4`` or ``draft_model``), then
+    measure its losses on the kept weights and save it with its config."""
+    side = pipe.recipe.grid(stage)
+    data = ar_data(pipe, side)
+    config = pipe.recipe.gpt_config(stage, pipe.codes, data.cond_name.shape[-1])
+    torch.manual_seed(pipe.seed + side)
+    model = GPT(config)
+    model.apply(init_weights)
+    torch.nn.init.normal_(model.abs_pe, std=0.02)
+    model.to(pipe.device)
+    steps = {"target": pipe.budget.ar_steps, "draft_model": pipe.budget.draft_model_steps}.get(
+        stage, pipe.budget.drafter_steps
+    )
+    # Held-out losses, conditioned on what names the image best: the name with its style word
+    # on styled data (a held-out pair is an unseen (emoji, style) combination), else the name.
+    cond = getattr(data, "cond_name_style", data.cond_name)
+    groups = held_out(pipe, data)
+    selection = groups["val"][:VALIDATION_IMAGES]
+
+    def validate() -> float:
+        return validation_loss(model, data.tokens[selection], cond[selection], pipe.device)
+
+    hyper = pipe.recipe.hyper
+    stats = train(
+        stage,
+        model,
+        ar_loss(pipe, stage, model, data, steps),
+        steps,
+        pipe.run / f"{stage}.ckpt",
+        lr=hyper.ar_lr if stage != "draft_model" else hyper.draft_model_lr,
+        weight_decay=pipe.budget.weight_decay,
+        every=pipe.budget.checkpoint_every,
+        validate=validate if pipe.budget.validate_every else None,
+        validate_every=pipe.budget.validate_every,
+    )
+    losses = measured_losses(pipe, stage, model, data.tokens, cond, groups)
+    torch.save(model.state_dict(), pipe.run / f"{stage}.pt")
+    (pipe.run / f"{stage}.json").write_text(json.dumps(asdict(config)))
+    pipe.record(stage, **stats, **losses, params=sum(p.numel() for p in model.parameters()))
+
+
+def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
+    """The stage's ``loss_fn(step)``: cross-entropy of a batch, some steps under ZipAR's view
+    and, from ``input_noise_from`` of the steps on, with noisy teacher forcing."""
+    side, vocab, budget, device = pipe.recipe.grid(stage), pipe.codes, pipe.budget, pipe.device
+    # The target and the drafters (MuLo-SD v2 drafts ZipAR-style); not the draft model, which
+    # SD and LANTERN-chain run token by token.
+    zipar_share = budget.zipar_share if stage != "draft_model" else 0.0
+    proxy_weight = budget.proxy_weight if stage == "target" else 1.0
+    windows = budget.zipar_windows if zipar_share else ()
+    masks = {w: training_mask(COND_LEN + 1, side, side, w).to(device) for w in windows}
+    token_weights = {}  # per window: the loss weight of each target token in a masked step
+    if proxy_weight != 1.0:
+        for w in windows:
+            token_weights[w] = torch.ones(side * side, device=device)
+            token_weights[w][proxied_targets(side, side, w).to(device)] = proxy_weight
+
+    def loss_fn(step):
+        # One generator per step, so a stage resumed in a later session draws what an
+        # uninterrupted run would have.
+        rng = np.random.default_rng([pipe.seed, sum(map(ord, stage)), step])
+        x, cond = ar_batch(pipe, data, rng, budget.ar_batch)
+        inputs = x[:, :-1]
+        noisy = budget.input_noise > 0 and step >= budget.input_noise_from * steps
+        if noisy:  # noisy teacher forcing: predict the clean token anyway
+            noise = torch.from_numpy(rng.random(inputs.shape) < budget.input_noise).to(device)
+            random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(device)
+            inputs = torch.where(noise, random_codes, inputs)
+        mask, weights = None, None
+        if rng.random() < zipar_share:  # ZipAR's view: hidden slots and row-end proxies
+            window = int(rng.choice(list(masks)))
+            mask, inputs = masks[window], training_inputs(inputs, side, side, window)
+            weights = token_weights.get(window)
+        with autocast(device):
+            logits = model(inputs, cond, mask)
+        if weights is None:
+            return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
+        losses = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
+        return (losses * weights).mean()  # the other tokens' gradients as in an unweighted step
+
+    return loss_fn
+
+
+def measured_losses(pipe, stage: str, model: GPT, tokens, cond, groups: dict) -> dict[str, float]:
+    """Every loss in eval mode on the kept weights, training images too (the generalisation gap),
+    and, but for the draft model, what ZipAR's view costs, teacher-forced."""
+    losses = {
+        f"{name}_loss": validation_loss(model, tokens[idx], cond[idx], pipe.device)
+        for name, idx in groups.items()
+        if len(idx)
+    }
+    val = groups["val"]
+    if stage != "draft_model":
+        for window in MEASURED_WINDOWS:
+            loss = validation_loss(model, tokens[val], cond[val], pipe.device, zipar_window=window)
+            losses[f"val_loss_zipar_w{window}"] = loss
+    return losses
+
+
+def ar_data(pipe, side: int) -> SimpleNamespace:
+    """The training material of an AR model on a ``side`` x ``side`` grid: token sequences
+    (originals, then augmented copies), the precomputed text conditions of the originals,
+    each row's original (``source``), the split and the sampling weights of training rows."""
+    z = np.load(pipe.run / "tokens.npz")
+    if "cond_short" not in z.files:
+        raise RuntimeError(f"{pipe.run / 'tokens.npz'} predates short prompts: delete it to rebuild the tokens stage")
+    is_val = z["is_val"]
+    source = z["source"] if "source" in z.files else np.arange(len(is_val))
+    train_rows = np.flatnonzero(~is_val[source])
+    # Every emoji equally likely, its skin-tone variants, styles and copies sharing its weight:
+    # variants are 58 % of the images but near-duplicates, and the base emoji are what prompts
+    # ask for. (The keys travel in tokens.npz, so the AR stages run without the renders, on a
+    # GPU machine.)
+    keys = z["keys"] if "keys" in z.files else np.array(pipe.data.keys)
+    group = np.unique(keys[source[train_rows]], return_inverse=True, return_counts=True)
+    weights = 1.0 / group[2][group[1]]
+    names = ("cond_name", "cond_text", "cond_short", "cond_name_style")
+    conds = {k: torch.from_numpy(z[k].astype(np.float32)) for k in names if k in z.files}
+    return SimpleNamespace(
+        tokens=torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(source), -1),
+        **conds,
+        short_ids=z["short_ids"],
+        short_ptr=z["short_ptr"],
+        is_val=is_val,
+        split=z["split"] if "split" in z.files else None,
+        source=source,
+        train_idx=train_rows,
+        weights=weights / weights.sum(),
+    )
+
+
+def ar_batch(pipe, data: SimpleNamespace, rng: np.random.Generator, batch: int):
+    """A training batch: token sequences ``[B, L]`` and their conditions ``[B, T, C]``, each
+    text drawn from the recipe's mix (name / name with its style word / short prompt /
+    description) and dropped to the null condition at the CFG rate."""
+
+    def text_condition(i: int, kind: str) -> torch.Tensor:
+        n_short = data.short_ptr[i + 1] - data.short_ptr[i]
+        if kind == "description":
+            return data.cond_text[i]
+        if kind == "name_style" and hasattr(data, "cond_name_style"):
+            return data.cond_name_style[i]
+        if kind == "short" and n_short:  # one of the image's short prompts, uniformly
+            return data.cond_short[data.short_ids[data.short_ptr[i] + rng.integers(n_short)]]
+        return data.cond_name[i]  # the name (also for images without a short prompt, "rocket")
+
+    rows = rng.choice(data.train_idx, size=min(batch, len(data.train_idx)), replace=False, p=data.weights)
+    mix = pipe.budget.ar_text_mix
+    kinds = rng.choice(list(mix), size=len(rows), p=list(mix.values()))
+    cond = torch.stack([text_condition(data.source[r], kind) for r, kind in zip(rows, kinds, strict=True)])
+    drop = torch.from_numpy(rng.random(len(rows)) < CFG_DROPOUT)[:, None, None]
+    cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
+    return data.tokens[rows].to(pipe.device), cond.to(pipe.device)
+
+
+def held_out(pipe, data: SimpleNamespace) -> dict[str, np.ndarray]:
+    """Original images to measure losses on: the held-out images (styled data: the held-out
+    (emoji, style) pairs and the unseen emoji apart) and as many training images."""
+    rng = np.random.default_rng(pipe.seed)
+    if data.split is None:
+        groups = {"val": np.flatnonzero(data.is_val)}
+    else:
+        groups = {"val": np.flatnonzero(data.split == styles.HELD_PAIR)}
+        groups["val_unseen_emoji"] = np.flatnonzero(data.split == styles.HELD_EMOJI)
+    train_originals = np.flatnonzero(~data.is_val)
+    groups["train"] = np.sort(
+        rng.choice(train_originals, size=min(len(groups["val"]), len(train_originals)), replace=False)
+    )
+    return groups
+
+
+@torch.no_grad()
+def validation_loss(
+    model: GPT, tokens: torch.Tensor, cond: torch.Tensor, device: str, zipar_window: int | None = None, batch: int = 32
+) -> float:
+    """Mean teacher-forced cross-entropy of ``tokens [N, L]`` given ``cond``, in batches: causal,
+    or as ZipAR with ``zipar_window`` sees them (its mask and row-end proxies)."""
+    height, width = model.config.grid_hw
+    mask = None
+    if zipar_window is not None:
+        mask = training_mask(model.config.cond_len, height, width, zipar_window).to(device)
+    total = 0.0
+    for i in range(0, len(tokens), batch):
+        x = tokens[i : i + batch].to(device)
+        inputs = x[:, :-1] if zipar_window is None else training_inputs(x[:, :-1], height, width, zipar_window)
+        logits = model(inputs, cond[i : i + batch].to(device), mask)
+        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1), reduction="sum"))
+    return round(total / tokens.numel(), 4)

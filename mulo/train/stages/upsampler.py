@@ -1,0 +1,45 @@
+"""The ``upsampler_r2`` and ``upsampler_r4`` stages of the emoji families' training
+(``mulo.train.pipeline.Pipeline``): learned token up-samplers (``mulo.models.upsample``) from the
+px / r encoding of an image to its px encoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mulo.models.upsample import TokenUpsampler
+from mulo.train.loop import train
+
+
+def stage_upsampler(pipe, r: int) -> None:
+    z = np.load(pipe.run / "tokens.npz")
+    px, hyper = pipe.recipe.px, pipe.recipe.hyper
+    high = torch.from_numpy(z[f"tokens{px}"].astype(np.int64))
+    low = torch.from_numpy(z[f"tokens{px // r}"].astype(np.int64))
+    is_val = z["is_val"]
+    source = z["source"] if "source" in z.files else np.arange(len(is_val))
+    torch.manual_seed(pipe.seed + r)
+    up = TokenUpsampler(pipe.codes, r, width=hyper.upsampler_width, depth=hyper.upsampler_depth).to(pipe.device)
+    train_idx = np.flatnonzero(~is_val[source])  # augmented copies train too
+    rng = pipe.rng(f"upsampler_r{r}")
+
+    def loss_fn(step):
+        idx = rng.choice(train_idx, size=min(pipe.budget.upsampler_batch, len(train_idx)), replace=False)
+        return F.cross_entropy(up(low[idx].to(pipe.device)), high[idx].to(pipe.device))
+
+    stats = train(
+        f"upsampler_r{r}",
+        up,
+        loss_fn,
+        pipe.budget.upsampler_steps,
+        pipe.run / f"upsampler_r{r}.ckpt",
+        lr=hyper.upsampler_lr,
+        every=pipe.budget.checkpoint_every,
+    )
+    with torch.no_grad():
+        val = np.flatnonzero(is_val)
+        pred = up(low[val].to(pipe.device)).argmax(1).cpu()
+        acc = float((pred == high[val]).float().mean())
+    torch.save(up.state_dict(), pipe.run / f"upsampler_r{r}.pt")
+    pipe.record(f"upsampler_r{r}", **stats, val_token_accuracy=round(acc, 4))

@@ -1,0 +1,146 @@
+"""The VQ stage of the emoji families' training (``mulo.train.pipeline.Pipeline``): one
+``diffusers.VQModel`` per candidate codebook size, its reconstruction quality and, with several
+candidates, the oracle MuLo-SD that ``recipes.choose_codebook`` picks the family's codebook by."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from diffusers import VQModel
+
+from mulo.train.loop import train
+from mulo.train.recipes import build_vq, choose_codebook
+
+QUALITY_CHUNK = 256  # validation images per VQ call in ``vq_quality``
+
+
+def stage_vq(pipe) -> None:
+    """One VQ per candidate codebook size; with several, the oracle MuLo-SD of each goes into
+    the report (``vq_study``) and ``choose_codebook`` picks the family's."""
+    candidates = pipe.recipe.vq_codes
+    study = pipe.report.get("vq_study", {}).get("candidates", {})
+    for codes in candidates:
+        name = "vq" if len(candidates) == 1 else f"vq_{codes}"
+        if str(codes) in study and (pipe.run / f"{name}.pt").exists():
+            continue
+        vq, stats = train_vq(pipe, codes, name)
+        torch.save(vq.state_dict(), pipe.run / f"{name}.pt")
+        quality = vq_quality(pipe, vq)
+        if len(candidates) > 1:
+            quality["oracle"] = oracle(pipe, vq)
+        study[str(codes)] = {**stats, **quality}
+        if len(candidates) > 1:
+            pipe.record("vq_study", candidates=study)
+    chosen = choose_codebook(study) if len(candidates) > 1 else candidates[0]
+    if len(candidates) > 1:
+        shutil.copyfile(pipe.run / f"vq_{chosen}.pt", pipe.run / "vq.pt")
+    summary = {k: v for k, v in study[str(chosen)].items() if k != "oracle"}
+    pipe.record("vq", codes=chosen, **summary)
+
+
+def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
+    d = pipe.data
+    torch.manual_seed(pipe.seed)
+    vq = build_vq(codes, pipe.recipe.patch).to(pipe.device)
+    train_idx = np.flatnonzero(~d.is_val)
+    images = [pipe.images_at(px) for px in pipe.recipe.sizes]
+    rng = pipe.rng("vq")
+    b, hyper = pipe.budget.vq_batch, pipe.recipe.hyper
+    crop = hyper.vq_crop
+
+    recent = {}  # the last batch's encoder outputs and codes, for dead-code restarts
+
+    def loss_fn(step):
+        # The three sizes per step; those above the crop size as random crops of it (the net is
+        # convolutional, and a crop costs what an image of the crop size does).
+        idx = rng.choice(train_idx, size=3 * b, replace=len(train_idx) < 3 * b)
+        total = 0.0
+        for part, size_images in enumerate(images):
+            batch = size_images[idx[part * b : (part + 1) * b]]
+            if batch.shape[-1] > crop:
+                top, left = rng.integers(0, batch.shape[-1] - crop + 1, size=2)
+                batch = batch[:, :, top : top + crop, left : left + crop]
+            x = batch.to(pipe.device) * 2 - 1
+            latents = vq.encode(x).latents
+            quant, commit_loss, (_, _, used) = vq.quantize(latents)
+            recon = vq.decode(quant, force_not_quantize=True).sample
+            total = total + F.mse_loss(recon, x) + hyper.vq_l1_weight * F.l1_loss(recon, x) + commit_loss
+            if part == 0:
+                recent.update(latents=latents.detach(), codes=used.detach())
+        return total
+
+    usage = torch.zeros(codes, device=pipe.device)
+
+    def restart_dead_codes(step):
+        # Codes no batch has used for about ``vq_restart_every`` steps (their decayed usage below
+        # 0.05) move to random current encoder outputs.
+        with torch.no_grad():
+            used = recent["codes"].reshape(-1)
+            usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=pipe.device))
+            if (step + 1) % hyper.vq_restart_every == 0:
+                dead = (usage < 0.05).nonzero()[:, 0]
+                if len(dead):
+                    lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
+                    pick = torch.randint(len(lat), (len(dead),), device=pipe.device)
+                    vq.quantize.embedding.weight[dead] = lat[pick]
+                    usage[dead] = 1.0
+
+    stats = train(
+        name,
+        vq,
+        loss_fn,
+        pipe.budget.vq_steps,
+        pipe.run / f"{name}.ckpt",
+        lr=hyper.vq_lr,
+        every=pipe.budget.checkpoint_every,
+        on_step=restart_dead_codes,
+    )
+    return vq.eval(), stats
+
+
+@torch.no_grad()
+def vq_quality(pipe, vq) -> dict:
+    from mulo.eval.ceilings import upsampling_agreement
+    from mulo.models.upsample import PixelUpsampler
+    from mulo.models.vq import VQTokenizer
+
+    tok = VQTokenizer(vq.eval())
+    val = np.flatnonzero(pipe.data.is_val)
+    # in chunks of images: the whole validation split at 128 px through the VQ at once takes tens of GB
+    chunks = [val[i : i + QUALITY_CHUNK] for i in range(0, len(val), QUALITY_CHUNK)]
+    out = {}
+    for size in pipe.recipe.sizes:
+        squared, used = 0.0, set()
+        for chunk in chunks:
+            x = pipe.images_at(size, chunk).to(pipe.device)
+            codes = tok.encode(x)
+            squared += float(((tok.decode(codes) - x) ** 2).sum())
+            used.update(codes.unique().tolist())
+        mse = squared / (len(val) * 3 * size * size)
+        out[f"val_psnr_{size}px"] = round(10 * np.log10(1 / max(mse, 1e-10)), 2)
+        out[f"codes_used_{size}px"] = len(used)
+    # What a perfect drafter could get accepted at k = 0: the share of the target's codes that
+    # the pixel up-sampler (whole image at once) reproduces from the px / r encoding, and, for
+    # comparison, from the px / r image itself with no low-res VQ (every image has as many codes,
+    # so a share over the split is the mean of the chunks' shares weighted by their sizes).
+    for r in (2, 4):
+        upsampler, shares = PixelUpsampler(tok, r), {"from_tokens": 0.0, "from_pixels": 0.0}
+        for chunk in chunks:
+            part = upsampling_agreement(tok, upsampler, pipe.images_at(pipe.recipe.px, chunk), r)
+            for key in shares:
+                shares[key] += part[key] * len(chunk) / len(val)
+        out[f"val_draft_agreement_r{r}"] = round(shares["from_tokens"], 4)
+        out[f"val_resize_agreement_r{r}"] = round(shares["from_pixels"], 4)
+    return out
+
+
+def oracle(pipe, vq) -> list[dict]:
+    """The oracle MuLo-SD table (``mulo.eval.ceilings.oracle_table``) of ``vq`` on validation emoji."""
+    from mulo.eval.ceilings import oracle_table
+    from mulo.models.vq import VQTokenizer
+
+    rows = oracle_table(VQTokenizer(vq.eval()), pipe.data.val.scales, pipe.budget.oracle_images, pipe.recipe.px)
+    return [{k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
