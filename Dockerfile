@@ -18,6 +18,9 @@ RUN pip install --no-cache-dir --user --upgrade pip && \
 
 COPY --chown=user . .
 RUN pip install --no-cache-dir --user --no-deps -e .
+# The default family's compiled passes, built into the image (~20 s a package, each said as it
+# starts): the first visitor meets compiled passes, not a compiler (docs/hosting.md)
+RUN python -m mulo compile
 
 EXPOSE 7860
 CMD ["python", "app.py"]

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from mulo import families
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
-from mulo.compiled import COMPILE_MODES
-from mulo.config import flags, knob_table
+from mulo.config import COMPILE_MODES, flags, knob_table
 from mulo.families import DEFAULT_FAMILY, DTYPES, resolve_dtype
 
 log = logging.getLogger("mulo")
@@ -52,6 +51,11 @@ def _family_help() -> str:
     return families.described(families.names())
 
 
+GENERATE_COMPILE_HELP = (
+    "the narrow passes' compiled packages (mulo.compiled). cached (default): use those already built "
+    "(python -m mulo compile), run the others eagerly: a one-off image never waits on a compiler; "
+    "on/auto: build missing ones first (~20 s each, said as they start); off: eager"
+)
 COMPILE_HELP = (
     "compile the narrow passes ahead of time (mulo.compiled; auto: on a CPU with a C++ compiler, "
     "unless MULO_COMPILE=off)"
@@ -72,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (auto: bfloat16 on CUDA)")
-    gen.add_argument("--compile", default="auto", choices=COMPILE_MODES, help=COMPILE_HELP)
+    gen.add_argument("--compile", default="cached", choices=COMPILE_MODES, help=GENERATE_COMPILE_HELP)
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
@@ -130,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument(
         "--res", type=int, choices=[512, 1024], default=512, help="AR-DTok target: 512 px (r=2) or 1024 px (r=4)"
     )
+    co = sub.add_parser("compile", help="build a family's compiled passes ahead (what the Dockerfile runs)")
+    co.add_argument("--family", default=DEFAULT_FAMILY, help=f"(default {DEFAULT_FAMILY})")
+    co.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (compiled passes: float32)")
     for verb, (_, summary) in DELEGATED.items():  # listed here; parsed by their own modules
         sub.add_parser(verb, help=summary, add_help=False)
     return parser
@@ -244,7 +251,9 @@ def cmd_profile(args) -> int:
 
 
 def _profile_line(r: dict) -> str:
-    graphed = f", graphed {r['step_graphed_s'] * 1e3:.3f} ms ({r['graph_speedup']:.1f}x)" if "step_graphed_s" in r else ""
+    graphed = (
+        f", graphed {r['step_graphed_s'] * 1e3:.3f} ms ({r['graph_speedup']:.1f}x)" if "step_graphed_s" in r else ""
+    )
     return (
         f"step {r['step_s'] * 1e3:.3f} ms{graphed}, floor {r['floor_s'] * 1e3:.3f} ms "
         f"(best {r['over_floor']:.1f}x it), verification pass {r['verify_s'] * 1e3:.2f} ms, ratio {r['ratio']:.1f}"
@@ -271,6 +280,24 @@ def cmd_download(args) -> int:
 
 class DownloadError(RuntimeError):
     pass
+
+
+def cmd_compile(args) -> int:
+    from mulo.families import check_available
+
+    check_available(args.family)
+    from mulo import compiled
+    from mulo.families import load_family
+
+    why = compiled.unavailable_reason()
+    if why:
+        raise UsageError(f"cannot compile here: {why}; the passes run eagerly")
+    family = load_family(args.family, "cpu", args.dtype)
+    models = [family.target, *family.drafters.values(), family.draft_model]
+    cfg = family.defaults.get("cfg", 1.0) != 1.0  # CFG runs a batch of 2; the knob may turn it on or off
+    built, present = compiled.build_all(models, batches=(1, 2) if cfg else (1,))
+    print(f"{args.family}: {built} package(s) built, {present} already in {compiled.cache_dir()}")
+    return 0
 
 
 def cmd_generate(args) -> int:
@@ -301,6 +328,11 @@ def cmd_generate(args) -> int:
         )
     for warning in result.trace.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    if "not built" in result.trace.execution:  # cached mode met passes nobody compiled yet
+        print(
+            f"note: {result.trace.execution} (python -m mulo compile --family {args.family})",
+            file=sys.stderr,
+        )
     if args.out:
         Image.fromarray(result.image).save(args.out)  # its folder was made by check_output_file
     if args.trace:
@@ -350,10 +382,17 @@ def main(argv=None) -> int:
         module = importlib.import_module(DELEGATED[argv[0]][0])
         return module.main(argv[1:], prog=f"python -m mulo {argv[0]}") or 0
     args = build_parser().parse_args(argv)
+    # a compile says what it builds and for how long (one line each), never a silent stall
+    compile_log = logging.getLogger("mulo.compiled")
+    compile_log.setLevel(logging.INFO)
+    if not compile_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        compile_log.addHandler(handler)
+        compile_log.propagate = False
     try:
-        return {"generate": cmd_generate, "train": cmd_train, "download": cmd_download, "bench": cmd_bench}[
-            args.command
-        ](args)
+        commands = {"generate": cmd_generate, "train": cmd_train, "download": cmd_download, "bench": cmd_bench}
+        return {**commands, "compile": cmd_compile}[args.command](args)
     except (ValueError, DownloadError) as exc:  # ConfigError and cli_checks.UsageError are ValueErrors
         print(f"error: {exc}", file=sys.stderr)
         return 2

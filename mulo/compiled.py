@@ -26,7 +26,12 @@ small model, eager sampling cost as much as the model (~100 small operations): h
 
 Packages are cached on disk by a hash of the weights, shapes, torch version and options
 (``MULO_COMPILE_CACHE``, default ``~/.cache/mulo/compiled``): a package compiles in ~20 s on two
-cores and loads in milliseconds. The compiled pass's numbers differ from eager ones by float32
+cores and loads in a fraction of a second. Each compile says what it builds, about how long it
+takes and where packages are kept (logger ``mulo.compiled``, INFO: the CLI and the app show it).
+The time spent building and loading packages is kept per thread (``setup_seconds``): the engine
+charges it to no method. ``cached`` mode (the CLI's one-off ``generate``) uses the packages on
+disk and runs the passes that have none eagerly, never compiling: ``python -m mulo compile``
+builds them ahead (``build_all``). The compiled pass's numbers differ from eager ones by float32
 rounding (~1e-5); the tests check that every method's tokens for a seed are the same.
 """
 
@@ -39,12 +44,14 @@ import math
 import os
 import shutil
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from mulo.config import COMPILE_MODES
 from mulo.runner import query_bucket
 from mulo.sampling import graph_knobs, graph_probs
 
@@ -62,6 +69,27 @@ def inductor_options(model) -> dict:
     """The compile options for ``model``: ``INDUCTOR_OPTIONS``, single-threaded when it is small."""
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     return {**INDUCTOR_OPTIONS, **({"cpp.threads": 1} if size < SINGLE_THREAD_BELOW_BYTES else {})}
+
+
+# About how long one package takes to build on two cores, until this process has timed one.
+FIRST_ESTIMATE_S = 20.0
+_built_seconds: list[float] = []
+_setup = threading.local()
+
+
+def setup_seconds() -> float:
+    """Seconds this thread has spent building and loading packages (the engine subtracts them from
+    a method's time: a request is never charged for a compiler)."""
+    return getattr(_setup, "seconds", 0.0)
+
+
+def _add_setup(seconds: float) -> None:
+    _setup.seconds = setup_seconds() + seconds
+
+
+def estimate_s() -> float:
+    """About how long the next package takes: the mean of those built in this process, else 20 s."""
+    return sum(_built_seconds) / len(_built_seconds) if _built_seconds else FIRST_ESTIMATE_S
 
 
 def cache_dir() -> Path:
@@ -174,6 +202,9 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
         new_mask = torch.ones(width, width, dtype=torch.bool).tril()
         module, inputs = _Step(model), (torch.zeros(batch, width, c.dim), cached_mask, new_mask, cache, cache.clone())
         dynamic = ({}, {1: keys}, {}, {3: slots}, {3: slots})
+    what = f"{type(model).__name__} {model.config.dim}x{model.config.n_layer}'s {bucket}-query pass (batch {batch})"
+    log.info("compiling %s, ~%.0f s; packages kept in %s", what, estimate_s(), path.parent)
+    began = time.perf_counter()
     program = torch.export.export(module.eval(), inputs, dynamic_shapes=dynamic)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{threading.get_ident()}.partial.pt2")
@@ -181,7 +212,8 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
         program, package_path=str(partial), inductor_configs=inductor_options(model)
     )
     partial.replace(path)  # a package is either whole or absent, whatever interrupts a compile
-    log.info("compiled %s's %s-query pass (batch %d): %s", type(model).__name__, bucket, batch, path.name)
+    _built_seconds.append(time.perf_counter() - began)
+    log.info("compiled %s in %.0f s: %s", what, _built_seconds[-1], path.name)
 
 
 def _first_line(exc: Exception) -> str:
@@ -225,16 +257,18 @@ class StepCompiler:
     next power of two, padded with zero queries that see only themselves and that no real query
     sees (their outputs are dropped). ``background``: a missing package is compiled on a worker
     thread while passes run eagerly (the app: visitors never wait on a compiler); otherwise at
-    once (the CLI and the bench). A failure leaves that package's passes eager, reason kept."""
+    once (the bench). ``build=False`` (``cached`` mode): a missing package is not built, its passes
+    run eagerly (``missing`` says which). A failure leaves that package's passes eager, reason kept."""
 
     max_queries = MAX_QUERIES
 
-    def __init__(self, model, background: bool = False):
-        self.model, self.background = model, background
+    def __init__(self, model, background: bool = False, build: bool = True):
+        self.model, self.background, self.build = model, background, build
         self.key = _key(model)
         self.runs: dict[tuple[int, int], object] = {}
         self.pending: set[tuple[int, int]] = set()
         self.failures: dict[tuple[int, int], str] = {}
+        self.missing: set[tuple[int, int | str]] = set()  # not built, not to be built here (cached mode)
         self._lock = threading.Lock()
 
     def path(self, batch: int, bucket: int | str) -> Path:
@@ -247,22 +281,29 @@ class StepCompiler:
         shape = (batch, bucket)
         if shape in self.runs:
             return self.runs[shape]
-        if shape in self.failures:
+        if shape in self.failures or shape in self.missing:
             return None
         path = self.path(batch, bucket)
         if not path.exists():
+            if not self.build:
+                self.missing.add(shape)
+                return None
             if self.background:
                 with self._lock:
                     if shape not in self.pending:
                         self.pending.add(shape)
                         _background.submit(self._compile_quietly, shape, path)
                 return None
-            try:
+        began = time.perf_counter()
+        try:
+            if not path.exists():
                 _compile(self.model, batch, bucket, path)
-            except Exception as exc:  # export, compiler or loader: eager for this shape
-                self._fail(shape, exc)
-                return None
-        self.runs[shape] = torch._inductor.aoti_load_package(str(path)).loader.boxed_run
+            self.runs[shape] = torch._inductor.aoti_load_package(str(path)).loader.boxed_run
+        except Exception as exc:  # export, compiler or loader: eager for this shape
+            self._fail(shape, exc)
+            return None
+        finally:
+            _add_setup(time.perf_counter() - began)
         return self.runs[shape]
 
     def _compile_quietly(self, shape, path) -> None:
@@ -337,16 +378,20 @@ class StepCompiler:
         compiling = sum(1 for b, _ in self.pending if b == batch)
         if compiling:
             return f"compiled steps (eager while {compiling} pass width(s) compile)"
-        return "compiled steps" if any(b == batch for b, _ in self.runs) else "eager"
-
-
-COMPILE_MODES = ("auto", "on", "off")
+        missing = sorted(q for b, q in self.missing if b == batch and q != SAMPLED)
+        missing = [f"{q}-query" for q in missing] + (["sampled"] if (batch, SAMPLED) in self.missing else [])
+        ran = any(b == batch for b, _ in self.runs)
+        if missing:
+            eager = f"not built, run eagerly: {', '.join(missing)} step(s); python -m mulo compile builds them"
+            return f"compiled steps ({eager})" if ran else f"eager ({eager})"
+        return "compiled steps" if ran else "eager"
 
 
 def attach(models, mode: str = "auto", background: bool = False) -> str:
     """Give each GPT in ``models`` a ``StepCompiler`` (``on``; ``auto``: when every one is a float32
-    model on a CPU, a C++ compiler is present and ``MULO_COMPILE`` is not ``off``), or take it away
-    (``off``). Returns how the steps will run: ``compiled steps`` or ``eager (why)``."""
+    model on a CPU, a C++ compiler is present and ``MULO_COMPILE`` is not ``off``; ``cached``: the
+    same, using only packages already on disk), or take it away (``off``). Returns how the steps
+    will run: ``compiled steps`` or ``eager (why)``."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"compile must be one of {COMPILE_MODES} (got {mode!r})")
     models = [m for m in models if m is not None]
@@ -368,5 +413,27 @@ def attach(models, mode: str = "auto", background: bool = False) -> str:
         else:
             why = unavailable_reason()
     for model in models:
-        model.compiled = None if why else StepCompiler(model, background)
+        model.compiled = None if why else StepCompiler(model, background, build=mode != "cached")
     return f"eager ({why})" if why else "compiled steps"
+
+
+def build_all(models, batches=(1, 2)) -> tuple[int, int]:
+    """Build every package the ``models`` may use (each query bucket and the sampled step, for each
+    CFG batch size in ``batches``) that is not on disk yet, one at a time, each said as it starts
+    (``python -m mulo compile``; the Dockerfile runs it at build time). Returns (built, already
+    there); a failure is logged and that package's passes stay eager, as at run time."""
+    buckets = [1 << i for i in range(MAX_QUERIES.bit_length())] + [SAMPLED]
+    built = present = 0
+    for model in (m for m in models if m is not None):
+        compiler = StepCompiler(model)
+        for batch in batches:
+            for bucket in buckets:
+                if compiler.path(batch, bucket).exists():
+                    present += 1
+                    continue
+                try:
+                    _compile(model, batch, bucket, compiler.path(batch, bucket))
+                    built += 1
+                except Exception as exc:  # as at run time: that width stays eager
+                    compiler._fail((batch, bucket), exc)
+    return built, present

@@ -48,6 +48,10 @@ def knob(default, help_text: str, *, label: str, group: str, key: str | None = N
     return field(default=default, metadata=dict(help=help_text, label=label, group=group, key=key, **allowed))
 
 
+# How the narrow passes run (``mulo.compiled.attach``): here, so the command line offers them
+# without importing torch
+COMPILE_MODES = ("auto", "on", "off", "cached")
+
 @dataclass(frozen=True)
 class Knob:
     """One knob as every consumer sees it. ``kind`` follows the default: bool, a choice among

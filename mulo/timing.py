@@ -10,11 +10,14 @@ import torch
 
 class PhaseTimer:
     """Accumulates seconds per named phase. On CUDA every phase boundary synchronises the
-    device, so a phase is charged for the kernels it launched and not the ones before it."""
+    device, so a phase is charged for the kernels it launched and not the ones before it.
+    ``excluded``: a clock of seconds no phase is charged for (building and loading compiled
+    passes, ``mulo.compiled.setup_seconds``), read at each phase's start and end."""
 
-    def __init__(self, device: torch.device | str):
+    def __init__(self, device: torch.device | str, excluded=lambda: 0.0):
         self.cuda = torch.device(device).type == "cuda"
         self.totals: dict[str, float] = {}
+        self.excluded = excluded
 
     def _sync(self) -> None:
         if self.cuda:
@@ -23,12 +26,13 @@ class PhaseTimer:
     @contextmanager
     def phase(self, name: str):
         self._sync()
-        start = time.perf_counter()
+        start, skipped = time.perf_counter(), self.excluded()
         try:
             yield
         finally:
             self._sync()
-            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - start
+            spent = time.perf_counter() - start - (self.excluded() - skipped)
+            self.totals[name] = self.totals.get(name, 0.0) + spent
 
     def snapshot(self) -> dict[str, float]:
         return dict(self.totals)

@@ -8,6 +8,7 @@ same packages), the default family's target for AR alone, a one-layer GPT where 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -79,18 +80,70 @@ def test_compiled_pass_matches_eager_under_any_mask(slots, visible):
     assert torch.equal(cache.written, eager_cache.written)
 
 
-def test_every_method_keeps_its_tokens_when_compiled():
-    """One test over every method: they share the toy models' packages, compiled once."""
+def test_every_method_keeps_its_tokens_when_compiled(caplog):
+    """One test over every method: they share the toy models' packages, compiled once. Each
+    compile says what it builds, about how long it takes and where packages are kept."""
     family = toy.build()  # its own models: the session's toy family stays eager
     eager = Engine(family, compile="off")
     want = {name: eager.generate("a", name, 3) for name in methods.names()}
     engine = Engine(family, compile="on")
     assert engine.compilation == "compiled steps"
-    for name, expected in want.items():
-        got = engine.generate("a", name, 3)
-        assert "compiled steps" in got.trace.execution, name
-        assert torch.equal(got.tokens, expected.tokens), name
-        assert got.trace.nfe == expected.trace.nfe, name
+    with caplog.at_level(logging.INFO, logger="mulo.compiled"):
+        for name, expected in want.items():
+            got = engine.generate("a", name, 3)
+            assert "compiled steps" in got.trace.execution, name
+            assert torch.equal(got.tokens, expected.tokens), name
+            assert got.trace.nfe == expected.trace.nfe, name
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling GPT")]
+    assert said and all(f"packages kept in {compiled.cache_dir()}" in line for line in said), said
+    assert all(" ~" in line and " s;" in line for line in said)  # about how long
+
+
+def test_cached_mode_runs_what_is_built_and_never_compiles(monkeypatch, tmp_path):
+    """The CLI's one-off ``generate``: packages on disk run (their loading not charged to the
+    method), missing ones run eagerly with the trace saying so, and nothing is ever compiled."""
+
+    def no_compile(*args):
+        raise AssertionError("cached mode compiled a package")
+
+    monkeypatch.setattr(compiled, "_compile", no_compile)
+    family = toy.build()
+    want = Engine(family, compile="off").generate("a", "ar", 3)
+    engine = Engine(family, compile="cached")  # the packages the test above built
+    before, started = compiled.setup_seconds(), time.perf_counter()
+    got = engine.generate("a", "ar", 3)
+    wall, setup = time.perf_counter() - started, compiled.setup_seconds() - before
+    assert torch.equal(got.tokens, want.tokens) and got.trace.execution.startswith("compiled steps")
+    assert setup > 0 and "loading compiled passes, not counted" in got.trace.execution
+    assert got.trace.latency_s <= wall - setup + 1e-3
+    assert sum(got.trace.timings_s.values()) <= wall - setup + 1e-3  # no phase charged for it either
+    monkeypatch.setenv("MULO_COMPILE_CACHE", str(tmp_path / "empty"))
+    cold = Engine(toy.build(), compile="cached").generate("a", "ar", 3)
+    assert torch.equal(cold.tokens, want.tokens) and not (tmp_path / "empty").exists()
+    assert cold.trace.execution.startswith("eager (not built, run eagerly: ")
+    assert "sampled step(s); python -m mulo compile builds them" in cold.trace.execution
+
+
+def test_build_all_builds_each_missing_package_once(monkeypatch, tmp_path):
+    """``python -m mulo compile``: every query bucket and the sampled step per CFG batch, skipping
+    what is on disk; a failure leaves that width eager and the rest are built."""
+    monkeypatch.setenv("MULO_COMPILE_CACHE", str(tmp_path))
+    built = []
+
+    def fake_compile(model, batch, bucket, path):
+        if bucket == 64:
+            raise RuntimeError("out of memory")
+        built.append((batch, bucket))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"package")
+
+    monkeypatch.setattr(compiled, "_compile", fake_compile)
+    target = toy.build().target
+    assert compiled.build_all([target, None], batches=(1, 2)) == (14, 0)
+    assert sorted(built, key=str) == sorted(
+        [(b, q) for b in (1, 2) for q in (1, 2, 4, 8, 16, 32, compiled.SAMPLED)], key=str
+    )
+    assert compiled.build_all([target], batches=(1,)) == (0, 7)  # the 64-query one failed again
 
 
 def test_default_family_ar_keeps_its_tokens_with_every_step_compiled(monkeypatch):
