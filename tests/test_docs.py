@@ -1,5 +1,6 @@
-"""The README is a short product page and docs/ holds the rest: these checks fail when either drifts
-(a long README, a broken Spaces header, a dead link, a pointer to notes outside the repository)."""
+"""The README is a short product page and docs/ holds the rest, the dated lab log apart in
+docs/notebook/: these checks fail when either drifts (a long README, a broken Spaces header, a dead
+link, a session log in a user page, a pointer to notes outside the repository)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-DOCS = sorted((REPO / "docs").glob("*.md"))
-PAGES = [README, *DOCS]
+DOCS = sorted((REPO / "docs").glob("*.md"))  # the user pages: the README links each
+NOTEBOOK = sorted((REPO / "docs" / "notebook").glob("*.md"))  # the dated lab log they quote
+TOOLS = sorted((REPO / "tools").rglob("README.md"))  # development tooling, outside the package
+PAGES = [README, *DOCS, *NOTEBOOK, *TOOLS]
+# A dated session heading ("### Session 3 (2026-11-26): ...", "## The first device session (...)")
+SESSION_LOG = re.compile(r"^#+ .*\bsession\b.*\(\d{4}-\d{2}-\d{2}", re.IGNORECASE | re.MULTILINE)
 # Private notes that live outside the repository: nothing shipped may point at them.
 OUTSIDE = ("../shared", "ALGORITHMS.md", "DESIGN.md", "ECOSYSTEM.md")
 LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -60,7 +65,22 @@ def relative_links(path: Path) -> list[str]:
 
 def test_the_docs_exist():
     names = {p.name for p in DOCS}
-    assert {"method.md", "design.md", "testing.md", "hosting.md", "tar.md", "history.md"} <= names
+    assert {"method.md", "design.md", "testing.md", "hosting.md", "tar.md", "training.md"} <= names
+    assert (REPO / "docs" / "notebook" / "README.md") in NOTEBOOK
+
+
+def test_session_logs_live_in_the_notebook():
+    logged = [p.name for p in [README, *DOCS] if SESSION_LOG.search(FENCE.sub("", p.read_text(encoding="utf-8")))]
+    assert not logged, f"dated session logs belong in docs/notebook/, not in {logged}"
+    assert SESSION_LOG.search("x\n### Session 3 (2026-11-26): every stage trained\n")  # the check has power
+    assert all(SESSION_LOG.search(p.read_text(encoding="utf-8")) for p in NOTEBOOK if p.stem == "emoji-family")
+
+
+def test_the_notebook_lists_its_pages():
+    index = (REPO / "docs" / "notebook" / "README.md").read_text(encoding="utf-8")
+    linked = {t.split("#")[0] for t in relative_links(REPO / "docs" / "notebook" / "README.md")}
+    missing = [p.name for p in NOTEBOOK if p.name != "README.md" and p.name not in linked]
+    assert index and not missing, f"docs/notebook/README.md does not list {missing}"
 
 
 def test_readme_is_short_and_leads_with_the_commands_and_results():
@@ -105,6 +125,42 @@ def broken_links(folder: Path, targets: list[str]) -> list[str]:
 def test_relative_links_resolve(page: Path):
     broken = broken_links(page.parent, relative_links(page))
     assert not broken, f"{page.name}: links that resolve to nothing in the repository: {broken}"
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to
+    hyphens, a repeated one numbered (``-1``, ``-2``)."""
+    anchors, counts = set(), {}
+    for heading in re.findall(r"^#+\s+(.+?)\s*#*$", FENCE.sub("", path.read_text(encoding="utf-8")), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        repeat = counts.get(slug, 0)
+        counts[slug] = repeat + 1
+        anchors.add(slug if repeat == 0 else f"{slug}-{repeat}")
+    return anchors
+
+
+def broken_anchors(page: Path) -> list[str]:
+    """Links to a heading of a Markdown page (``file.md#anchor`` or ``#anchor``) that names none."""
+    local = re.findall(r"\]\((#[^)\s]+)\)", FENCE.sub("", page.read_text(encoding="utf-8")))
+    broken = []
+    for target in relative_links(page) + local:
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if anchor and file.suffix == ".md" and file.is_file() and anchor not in heading_anchors(file):
+            broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_anchors_name_a_heading(page: Path):
+    assert not broken_anchors(page), f"{page.name}: anchors that name no heading: {broken_anchors(page)}"
+
+
+def test_the_anchor_check_has_power(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# A title\n## Data (`x.py`)\n## Data (`x.py`)\n[a](#a-title) [b](#data-xpy-1) [c](#gone)\n")
+    assert heading_anchors(page) == {"a-title", "data-xpy", "data-xpy-1"}
+    assert broken_anchors(page) == ["#gone"]
 
 
 def test_the_link_check_has_power(tmp_path):
