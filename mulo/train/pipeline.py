@@ -187,7 +187,10 @@ class Pipeline:
         from mulo.eval import family_eval
         from mulo.families import emoji as family_mod
 
-        engine = Engine(family_mod.build(self.recipe.family, self.assets).to(self.device))
+        # a smoke run's throwaway weights are not worth compiling for (each package ~20 s, more than the
+        # whole smoke evaluation); a real family's 120-prompt evaluation is
+        compile = "off" if self.budget == self.recipe.smoke else "auto"
+        engine = Engine(family_mod.build(self.recipe.family, self.assets).to(self.device), compile=compile)
         metrics = family_eval.evaluate(engine, self.data, self.load_clip(), self.assets, self.budget.eval_prompts)
         (self.assets / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.write_card(metrics)

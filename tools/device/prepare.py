@@ -1,4 +1,4 @@
-"""Everything the device run carries, built on this CPU beforehand (docs/device.md).
+"""Everything the device run carries, built on this CPU beforehand (tools/device/README.md).
 
     python tools/device/prepare.py           # wheels, the styles bundle, the CPU's reference tokens
     python tools/device/prepare.py --train-only   # the same less the reference (a call that only trains)

@@ -1,6 +1,6 @@
 """The prepared device run: one call on a lent GPU machine checks, measures and trains.
 
-    python3 tools/device/run.py                 # on the device machine (docs/device.md)
+    python3 tools/device/run.py                 # on the device machine (tools/device/README.md)
     python tools/device/run.py --smoke --out D  # the same steps on this CPU, tiny sizes
 
 In this order, each step under its own time budget (a step that runs over is stopped and the next
