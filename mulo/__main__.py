@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mulo import families
 from mulo.cli_checks import UsageError, check_device, check_output_dir, check_output_file, image_suffixes
-from mulo.config import COMPILE_MODES, flags, knob_table
+from mulo.config import COMPILE_MODES, WIDE_MODES, flags, knob_table
 from mulo.families import DEFAULT_FAMILY, DTYPES, resolve_dtype
 
 log = logging.getLogger("mulo")
@@ -62,6 +62,13 @@ COMPILE_HELP = (
 )
 
 
+WIDE_HELP = (
+    "precision of the wide passes' layers (over 64 queries: verification, wide waves; mulo.wide): auto = "
+    "whichever measured faster on this CPU, per model and width (bfloat16 needs bf16 matrix units), unless "
+    "MULO_WIDE_PRECISION says otherwise"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mulo", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (auto: bfloat16 on CUDA)")
     gen.add_argument("--compile", default="cached", choices=COMPILE_MODES, help=GENERATE_COMPILE_HELP)
+    gen.add_argument("--wide-precision", default="auto", choices=WIDE_MODES, help=WIDE_HELP)
     gen.add_argument("--out", type=Path, help="write the image here (PNG)")
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
@@ -102,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--device", default="cpu")
     be.add_argument("--dtype", default="auto", choices=DTYPES, help="AR models' dtype (auto: bfloat16 on CUDA)")
     be.add_argument("--compile", default="auto", choices=COMPILE_MODES, help=COMPILE_HELP)
+    be.add_argument("--wide-precision", default="auto", choices=WIDE_MODES, help=WIDE_HELP)
     be.add_argument("--quick", action="store_true", help="2 prompts, 9 methods: ~4 min on 2 CPU cores")
     be.add_argument(
         "--prompts",
@@ -187,7 +196,9 @@ def cmd_bench(args) -> int:
     unknown = sorted(set(labels or []) - set(SPECS))
     if unknown:
         raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(SPECS)}")
-    engine = Engine(load_family(args.family, args.device, args.dtype), compile=args.compile)
+    engine = Engine(
+        load_family(args.family, args.device, args.dtype), compile=args.compile, wide_precision=args.wide_precision
+    )
     result = bench.run(engine, quick=args.quick, n_prompts=args.prompts, labels=labels)
     bench.save(result, args.out, args.json)
     print(bench.markdown(result))
@@ -317,7 +328,9 @@ def cmd_generate(args) -> int:
     from mulo.families import load_family
 
     knobs = {k.key: getattr(args, k.key) for k in knob_table() if getattr(args, k.key) is not None}
-    engine = Engine(load_family(args.family, args.device, args.dtype), compile=args.compile)
+    engine = Engine(
+        load_family(args.family, args.device, args.dtype), compile=args.compile, wide_precision=args.wide_precision
+    )
     result = engine.generate(args.prompt, args.method, args.seed, knobs)
     summary = result.trace.summary()
     if result.trace.condition_text:

@@ -51,6 +51,8 @@ def knob(default, help_text: str, *, label: str, group: str, key: str | None = N
 # How the narrow passes run (``mulo.compiled.attach``): here, so the command line offers them
 # without importing torch
 COMPILE_MODES = ("auto", "on", "off", "cached")
+# Which precision wide passes run in (``mulo.wide``): measured per machine, or forced
+WIDE_MODES = ("auto", "float32", "bfloat16")
 
 @dataclass(frozen=True)
 class Knob:

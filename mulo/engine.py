@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import mulo
-from mulo import compiled, methods
+from mulo import compiled, methods, wide
 from mulo.config import ConfigError, GenerationConfig, knob_keys, validate, validate_prompt, validate_seed
 from mulo.methods.common import DecodeContext
 from mulo.models.vq import to_uint8
@@ -52,6 +52,7 @@ class Engine:
         graphs: str = "auto",
         compile: str = "auto",
         background_compile: bool = False,
+        wide_precision: str = "auto",
     ):
         """``fixed_shapes``: every forward pass in a few fixed shapes (``mulo.runner``); None picks
         them on an accelerator and exact shapes on a CPU, where padding only costs. ``graphs``:
@@ -59,7 +60,10 @@ class Engine:
         ``compile``: the narrow passes of the family's transformers compiled ahead of time
         (``mulo.compiled``; ``auto``: on a CPU with a C++ compiler unless ``MULO_COMPILE=off``),
         at first use or, with ``background_compile`` (the app), on a worker thread while those
-        passes run eagerly. The models are the family's: the last engine built on one decides."""
+        passes run eagerly. ``wide_precision``: the wide passes' layers (verification, wide waves,
+        long prefills) in ``float32``, ``bfloat16``, or ``auto``: per model and width bucket, whichever
+        measured faster on this machine (``mulo.wide``; ``MULO_WIDE_PRECISION`` when ``auto``). The
+        models are the family's: the last engine built on one decides."""
         self.family = family
         self.fixed_shapes = fixed_shapes
         self.graphs = graphs
@@ -67,6 +71,7 @@ class Engine:
         # EAGLE-2 feeds it (7 and 10 queries; docs/cpu-engine.md)
         models = [family.target, *family.drafters.values(), family.draft_model]
         self.compilation = compiled.attach(models, compile, background_compile)  # "compiled steps" / "eager (why)"
+        self.wide_precision = wide.attach(models, wide_precision)  # "measured per width bucket", "float32 (forced)"...
         self.lock = threading.Lock()
 
     def make_config(self, config: GenerationConfig | dict | None = None) -> GenerationConfig:
@@ -135,6 +140,7 @@ class Engine:
                 condition_text=alias,
                 chain=methods.get(method).chain,
                 execution=execution,
+                precision=ctx.precisions(),
             )
             return Result(tokens, image, trace, ctx.pass_widths())
 

@@ -75,6 +75,8 @@ class ModelRunner:
         self._final_context = torch.zeros(self.n_image, dtype=torch.bool)
         self.nfe = 0
         self.widths: list[int] = []  # tokens fed by each forward pass (the bench prices passes by width)
+        self.precisions: dict[str, int] = {}  # passes per precision their layers ran in (mulo.wide)
+        self._dtype = str(param.dtype).removeprefix("torch.")
         self.first_logits: torch.Tensor | None = None
         self._graph_knobs = None  # the sampling knobs as the sampled step's tensors, made at first use
 
@@ -90,8 +92,7 @@ class ModelRunner:
         slots = torch.arange(self.n_cond, device=self.device)
         mask = torch.ones(self.n_cond, self.n_cond, dtype=torch.bool, device=self.device).tril()
         hidden = self.model.forward_hidden(self.cond_embeddings, slots, mask, self.cache)
-        self.nfe += 1
-        self.widths.append(self.n_cond)
+        self._count(self.n_cond)
         self.cond_hidden = hidden  # per CFG branch [B, T, dim]: what an EAGLE head reads
         self.first_logits = self._guided(self.model.output(hidden[:, -1:]).float())[0]
         return self.first_logits
@@ -131,11 +132,18 @@ class ModelRunner:
                 embeddings, cache_slots.to(self.device), mask, self.cache, pe_slots.to(self.device)
             )[:, :n]
             logits = self.model.output(hidden).float()
-        self.nfe += 1
-        self.widths.append(len(tokens))  # padding included: what the pass computed
+        self._count(len(tokens))  # padding included: what the pass computed
         if slots is None:
             self._fed[positions] = tokens[:n]
         return self._guided(logits), hidden
+
+    def _count(self, width: int) -> None:
+        """Record a pass of ``width`` tokens that just ran: NFE, its width and its precision."""
+        self.nfe += 1
+        self.widths.append(width)
+        wide = self.model.wide
+        precision = self._dtype if wide is None else wide.precision(self.cache.k.shape[1], width)
+        self.precisions[precision] = self.precisions.get(precision, 0) + 1
 
     @property
     def graph_state(self) -> str:
@@ -185,8 +193,7 @@ class ModelRunner:
 
     def _record_step(self, position: int, token: int) -> None:
         """The bookkeeping of one fed slot (``_feed_one``'s)."""
-        self.nfe += 1
-        self.widths.append(1)
+        self._count(1)
         self._fed[position] = token
         if self._stale_from <= position:
             self._stale_from = position + 1

@@ -123,6 +123,9 @@ class Trace:
     # How the forward passes ran, per role: "eager", "graphs" (CUDA graphs), or "eager (fallback: why)"
     # when a capture failed ("target: graphs; drafter: eager" when roles differ).
     execution: str = "eager"
+    # Per role, forward passes by the precision their layers ran in ({"target": {"float32": 1020,
+    # "bfloat16": 4}}): wide passes may run in bfloat16 (mulo.wide). Empty: not recorded (older traces).
+    precision: dict[str, dict[str, int]] = field(default_factory=dict)
 
     # -- summary metrics --------------------------------------------------------------------
     def summary(self) -> dict:
@@ -189,6 +192,7 @@ class Trace:
             "condition_text": self.condition_text,
             "chain": self.chain,
             "execution": self.execution,
+            "precision": {role: dict(counts) for role, counts in self.precision.items()},
         }
 
     def to_json(self, path: str | Path | None = None) -> str:

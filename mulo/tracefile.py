@@ -25,6 +25,7 @@ MAX_VOCAB = 16384  # codes: LlamaGen's VQ-16 is the largest codebook (the family
 MAX_TEXT = 2048  # characters of any string
 MAX_ITEMS = 64  # entries of warnings, versions, config
 MAX_NFE = 10**9
+PRECISIONS = ("float32", "bfloat16")  # what a pass's layers may run in (a trace's ``precision``)
 MAX_SCORE = 1.001  # probabilities and min(1, p/q), with room for float rounding
 MAX_TRACE_BYTES = 10 * 2**20  # a file; the app's upload limit too (the longest 16x16 trace: < 5 MB, tested)
 # A JSON list costs ~64 bytes of memory for as little as 3 bytes of file ("[],"): a file may hold
@@ -75,6 +76,11 @@ _TIMINGS = {
     "type": "object",
     "propertyNames": {"enum": list(PHASES)},
     "additionalProperties": _SECONDS,
+}
+_PRECISION_COUNTS = {  # passes per precision (mulo.wide)
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {name: {"type": "integer", "minimum": 0, "maximum": MAX_NFE} for name in PRECISIONS},
 }
 _NFE = {
     "type": "object",
@@ -200,6 +206,11 @@ TRACE_SCHEMA = {
         "condition_text": {"type": ["string", "null"], "maxLength": MAX_TEXT},
         "chain": {"type": "boolean"},
         "execution": {"type": "string", "maxLength": MAX_TEXT},
+        "precision": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {role: _PRECISION_COUNTS for role in ("target", "drafter")},
+        },
     },
 }
 
@@ -449,6 +460,7 @@ def parse(data: dict, vocab_size: int | None = None, methods: Iterable[str] | No
         condition_text=data.get("condition_text"),
         chain=data.get("chain", data["method"] in CHAIN_METHODS_BEFORE_THE_FIELD),
         execution=data.get("execution", "eager"),  # traces from before graphed passes: all eager
+        precision={role: dict(counts) for role, counts in data.get("precision", {}).items()},
     )
 
 

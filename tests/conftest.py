@@ -8,6 +8,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # the suite runs eagerly but for tests/test_compiled.py, which asks for compiling and checks that
 # the tokens do not change; the app and CLI subprocesses the tests start inherit this.
 os.environ.setdefault("MULO_COMPILE", "off")
+# Wide passes (mulo.wide) stay float32 in the suite: an AMX machine would otherwise measure and pick
+# bfloat16, and the pinned tokens would move; tests/test_wide.py forces each precision itself.
+os.environ.setdefault("MULO_WIDE_PRECISION", "float32")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 # Tar's golden references (tiny random checkpoints and the original code's outputs on them), kept in

@@ -165,6 +165,9 @@ def test_every_timed_pass_is_priced_against_its_floor(result):
         for row, seconds in zip(rows, result["pass_costs"]["seconds"][name], strict=True):
             assert row["over_floor"] == pytest.approx(seconds / row["floor_s"])
     assert result["execution"] == "eager (compiling switched off)"  # the suite runs eagerly (conftest)
+    # wide passes in float32 (conftest), said in the environment and the table's head; the machine named
+    assert result["environment"]["wide_precision"] == "float32 (forced)"
+    assert result["environment"]["machine"]["torch"] and "wide passes: float32 (forced)" in bench.markdown(result)
 
 
 def test_a_pass_floor_counts_weights_kv_and_flops():

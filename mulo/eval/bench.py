@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from mulo import wide
 from mulo.eval import costs as pass_costs
 from mulo.eval import floor as pass_floor
 from mulo.eval import harness
@@ -166,16 +167,37 @@ def environment(engine: Engine) -> dict:
         "threads": torch.get_num_threads(),
         "batch_size": 1,
         "cpu": platform.processor() or platform.machine(),
+        "machine": wide.machine(),  # the CPU's name and matrix flags: what wide passes were measured on
+        # how wide passes (over 64 queries) ran: float32, bfloat16, or per bucket as measured here
+        "wide_precision": engine.wide_precision,
+        "wide_passes": wide.summary(
+            {
+                "target": fam.target,
+                "draft_model": fam.draft_model,
+                **{f"drafter_r{r}": m for r, m in fam.drafters.items()},
+            }
+        ),
         "versions": versions(),
         "defaults": engine.make_config(None).to_dict(),
     }
+
+
+def _wide(env: dict) -> str:
+    """How the wide passes ran, for the table's head: the mode and each measured bucket's choice."""
+    mode = env.get("wide_precision", "float32")
+    buckets = [
+        f"{name} {bucket.split('/')[1]} {c['precision']} (bf16 {c['float32_s'] / c['bfloat16_s']:.2f}x fp32's speed)"
+        for name, report in env.get("wide_passes", {}).items()
+        for bucket, c in report.items()
+    ]
+    return f"{mode}: {', '.join(buckets)}" if buckets else mode
 
 
 def markdown(result: dict) -> str:
     env = result["environment"]
     head = (
         f"Family `{env['family']}` on {env['device']} ({env['dtype']}, {env['threads']} threads, batch 1, "
-        f"passes: {result.get('execution', 'eager')}), "
+        f"passes: {result.get('execution', 'eager')}; wide passes: {_wide(env)}), "
         f"{result['prompts']} prompts x 1 seed each, methods interleaved after warm-up; "
         f"one full verification pass = {result['verification_pass_s'] * 1000:.1f} ms; one drafter step "
         f"costs {_costs(result.get('step_cost', {}), result.get('step_cost_spread', {}))} of a target step "

@@ -88,7 +88,8 @@ DTYPES = ("auto", "float32", "bfloat16")
 
 def resolve_dtype(dtype: str, device: str):
     """The torch dtype ``dtype`` names: ``auto`` is bfloat16 on CUDA (a step there is memory-bound)
-    and float32 elsewhere (a CPU's bf16 matrix products are slower than its fp32 ones)."""
+    and float32 elsewhere (a CPU's single-token bf16 products are slower than its fp32 ones; its
+    wide passes may run in bf16 where measured faster, ``mulo.wide``)."""
     import torch
 
     if dtype not in DTYPES:

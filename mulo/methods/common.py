@@ -78,6 +78,16 @@ class DecodeContext:
         """Per role, the number of tokens each forward pass fed (the prefill's: the condition)."""
         return {role: [w for r in runners for w in r.widths] for role, runners in self.runners.items()}
 
+    def precisions(self) -> dict[str, dict[str, int]]:
+        """Per role, how many forward passes ran their layers in each precision (``mulo.wide``)."""
+        out: dict[str, dict[str, int]] = {}
+        for role, runners in self.runners.items():
+            counts = out[role] = {}
+            for runner in runners:
+                for precision, n in runner.precisions.items():
+                    counts[precision] = counts.get(precision, 0) + n
+        return out
+
     def new_round(self, label: str, tokens: torch.Tensor) -> Round:
         """A blank round numbered in order; the method fills its masks, then calls ``close``."""
         rnd = Round.empty(self._rounds, label, self.grid, tokens.reshape(self.grid).numpy())

@@ -50,6 +50,8 @@ class HeadRunner:
         self.used = 0  # scratch slots used by this round's tree
         self.nfe = 0
         self.widths: list[int] = []  # slots fed by each pass of the head
+        self.precisions: dict[str, int] = {}  # passes per precision: the head's own dtype, always
+        self._dtype = str(self.cache.k.dtype).removeprefix("torch.")
 
     def _run(self, features, inputs, slots, mask, pe_slots=None) -> torch.Tensor:
         """One head pass (``EagleHead.forward``'s arguments; ``slots`` on the host, ``mask`` on the
@@ -65,6 +67,7 @@ class HeadRunner:
         out = self.head(self.target.model, features, inputs, slots.to(device), mask, self.cache, pe_slots.to(device))
         self.nfe += 1
         self.widths.append(len(slots))
+        self.precisions[self._dtype] = self.precisions.get(self._dtype, 0) + 1
         return out[:, :n]
 
     def set_features(self, slots, hidden: torch.Tensor) -> None:

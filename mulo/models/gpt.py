@@ -14,6 +14,7 @@ written is never attended to.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -191,8 +192,9 @@ class Attention(nn.Module):
         k = k.view(b, q_len, config.kv_heads, config.head_dim).transpose(1, 2)
         v = v.view(b, q_len, config.kv_heads, config.head_dim).transpose(1, 2)
         if cache is not None:
-            cache.k[layer][:, :, slots] = k
-            cache.v[layer][:, :, slots] = v
+            # (a bf16 pass, ``mulo.wide``, writes its K/V to the float32 cache)
+            cache.k[layer][:, :, slots] = k.to(cache.k.dtype)
+            cache.v[layer][:, :, slots] = v.to(cache.v.dtype)
             # Only look at the slot range some query can see: short prefixes stay cheap.
             k, v = cache.k[layer][:, :, : mask.shape[1]], cache.v[layer][:, :, : mask.shape[1]]
         gqa = config.kv_heads != config.n_head
@@ -226,6 +228,8 @@ class GPT(nn.Module):
 
     # A ``mulo.compiled.StepCompiler`` when single-token steps run compiled (``Engine(compile=)``).
     compiled = None
+    # A ``mulo.wide.WidePasses`` when wide passes may run in bfloat16 (``Engine(wide_precision=)``).
+    wide = None
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -284,8 +288,11 @@ class GPT(nn.Module):
             hidden = self.compiled.run(h, mask, cache, slots)  # a narrow pass: compiled (mulo.compiled)
             if hidden is not None:
                 return hidden
-        for i, layer in enumerate(self.layers):
-            h = layer(h, i, slots, mask, cache)
+        # a wide pass in bf16 where measured faster (mulo.wide); never while training (grad enabled)
+        bf16 = self.wide is not None and not torch.is_grad_enabled() and self.wide.autocast(*x.shape[:2])
+        with bf16 or contextlib.nullcontext():
+            for i, layer in enumerate(self.layers):
+                h = layer(h, i, slots, mask, cache)
         return self.norm(h)
 
     def forward_embeddings(self, x, slots, mask=None, cache=None, pe_slots=None) -> torch.Tensor:
