@@ -25,7 +25,7 @@ from mulo.families import toy
 from mulo.models.gpt import GPT
 from mulo.runner import ModelRunner
 from mulo.sampling import sample
-from mulo.trace import Trace
+from mulo.tracefile import load_trace, parse
 
 SEEDS = range(8)
 
@@ -110,11 +110,11 @@ def test_the_trace_says_which_passes_ran_in_bf16(family, engine, tmp_path):
     assert counts["target"]["bfloat16"] >= 1 and counts["target"]["float32"] >= 1
     assert sum(counts["target"].values()) == got.nfe["target"]
     assert sum(counts["drafter"].values()) == got.nfe["drafter"]
-    again = Trace.from_json(got.to_json(tmp_path / "t.json"))
+    again = load_trace(got.to_json(tmp_path / "t.json"))
     assert again.precision == counts
     old = got.to_dict()
     del old["precision"]  # a trace from before the field
-    assert Trace.from_dict(old).precision == {}
+    assert parse(old).precision == {}
 
 
 def test_float32_forced_is_todays_path(family, engine):
