@@ -138,6 +138,7 @@ ROUND_SCHEMA = {
         "tokens": _GRID,
         "low_draft": {"anyOf": [{"type": "null"}, _GRID]},
         "tree": {"anyOf": [{"type": "null"}, _TREE]},
+        "coupled": {"anyOf": [{"type": "null"}, _GRID]},
         "timings_s": _TIMINGS,
         "nfe": _NFE,
     },
@@ -273,6 +274,7 @@ def _round(d: dict, b: Bounds, where: str) -> Round:
         if d.get("low_draft") is None
         else _array(d["low_draft"], f"{where}/low_draft", None, -1, b.vocab - 1, max_shape=b.shape),
         tree=None if d.get("tree") is None else _tree(d["tree"], b, f"{where}/tree"),
+        coupled=None if d.get("coupled") is None else _array(d["coupled"], f"{where}/coupled", b.shape, 0, 1, np.int8),
     )
 
 
