@@ -376,8 +376,9 @@ def _check_config(config: dict, method: str, bounds: Bounds) -> None:
             _text(value, f"config/{key}")
 
 
-# Traces written before a trace recorded ``chain`` (the field is optional): the chain methods then.
-CHAIN_METHODS_BEFORE_THE_FIELD = ("sjd", "sd", "lantern", "eagle2", "lantern_chain")
+# Traces written before a trace recorded ``chain`` (the field is optional): the chain methods then,
+# and the built-in ones since (a trace written by hand may leave the field out too).
+CHAIN_METHODS_BEFORE_THE_FIELD = ("sjd", "sd", "lantern", "eagle2", "lantern_chain", "mc-sjd", "gsd")
 
 
 def trace_schema(methods: Iterable[str] | None = None) -> dict:
