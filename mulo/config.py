@@ -276,7 +276,9 @@ class GenerationConfig:
         label="refresh stale K/V",
         group=MULO,
     )
-    sjd_window: int = knob(16, "SJD: Jacobi window length L", label="SJD window", group=BASELINES, low=1, high=128)
+    sjd_window: int = knob(
+        16, "SJD / MC-SJD / GSD: Jacobi window length L", label="SJD window", group=BASELINES, low=1, high=128
+    )
     draft_len: int = knob(
         4,
         "SD / LANTERN-chain: draft tokens per verification (gamma)",
@@ -302,6 +304,31 @@ class GenerationConfig:
         high=256,
         vocab_cap=-1,
         auto=-1,
+    )
+    gsd_group: int = knob(
+        7,
+        "GSD: a draft's group holds the tokens ranked within this many places of it by the target's "
+        "probability (0 = the draft alone: SJD's test)",
+        label="GSD group reach",
+        group=BASELINES,
+        high=64,
+    )
+    gsd_gap: float = knob(
+        0.15,
+        "GSD: a group member's target probability is within this of the draft's",
+        label="GSD probability gap",
+        group=BASELINES,
+        high=1,
+        step=0.01,
+    )
+    gsd_distance: float = knob(
+        1.0,
+        "GSD: a group member's squared embedding distance to the draft is below this many times the mean "
+        "over pairs of codes (0 = the draft alone)",
+        label="GSD embedding distance",
+        group=BASELINES,
+        high=4,
+        step=0.05,
     )
 
     def to_dict(self) -> dict:

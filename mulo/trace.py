@@ -28,8 +28,9 @@ class Round:
     islands   8-connected components of ``reopened``: 0 = none, 1..n
     t0        raster index of the first rejection of the round, or None
     score     per-position number the test compared: MuLo-SD the pooled target probability
-              (vs tau), SD/SJD the acceptance probability min(1, p/q), LANTERN min(1, p~/q)
-              with the pooled p~ (on a tree q = 1; greedy: 1 or 0); -1 elsewhere
+              (vs tau), SD/SJD/MC-SJD the acceptance probability min(1, p/q), LANTERN min(1, p~/q)
+              with the pooled p~ (on a tree q = 1; greedy: 1 or 0), GSD min(1, p(G)/q(G)) over
+              the draft's group; -1 elsewhere
     resampled wave (1-based) in which the position was resampled in this round, 0 = not
     tokens    the canvas after the round: final tokens, -1 where not final yet
     low_draft MuLo-SD's low-resolution draft on the drafter grid (-1 elsewhere), else None
@@ -38,6 +39,8 @@ class Round:
               ``depth`` (the node sits at ``root + depth``), ``q`` (drafter probability given
               its parent), ``status`` (0 untried, 1 accepted, 2 rejected); ``next``: the token
               drawn after the accepted path (None when the path completed the image)
+    coupled   MC-SJD: 0/1, the window positions after the commit whose draft the coupling kept as
+              the next iteration's draft (1) rather than redrawing it (0); None for other methods
     """
 
     index: int
@@ -55,6 +58,7 @@ class Round:
     nfe: dict[str, int] = field(default_factory=lambda: {"target": 0, "drafter": 0})
     low_draft: np.ndarray | None = None
     tree: dict | None = None
+    coupled: np.ndarray | None = None
 
     @classmethod
     def empty(cls, index: int, label: str, shape: tuple[int, int], tokens: np.ndarray) -> Round:
@@ -96,6 +100,8 @@ class Round:
         out["low_draft"] = None if self.low_draft is None else grid_json(self.low_draft.astype(np.int64))
         if self.tree is not None:
             out["tree"] = dict(self.tree)
+        if self.coupled is not None:
+            out["coupled"] = grid_json(self.coupled.astype(np.int64))
         return out
 
 

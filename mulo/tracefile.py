@@ -144,6 +144,7 @@ ROUND_SCHEMA = {
         "tokens": _GRID,
         "low_draft": {"anyOf": [{"type": "null"}, _GRID]},
         "tree": {"anyOf": [{"type": "null"}, _TREE]},
+        "coupled": {"anyOf": [{"type": "null"}, _GRID]},
         "timings_s": _TIMINGS,
         "nfe": _NFE,
     },
@@ -284,6 +285,7 @@ def _round(d: dict, b: Bounds, where: str) -> Round:
         if d.get("low_draft") is None
         else _array(d["low_draft"], f"{where}/low_draft", None, -1, b.vocab - 1, max_shape=b.shape),
         tree=None if d.get("tree") is None else _tree(d["tree"], b, f"{where}/tree"),
+        coupled=None if d.get("coupled") is None else _array(d["coupled"], f"{where}/coupled", b.shape, 0, 1, np.int8),
     )
 
 
@@ -385,8 +387,9 @@ def _check_config(config: dict, method: str, bounds: Bounds) -> None:
             _text(value, f"config/{key}")
 
 
-# Traces written before a trace recorded ``chain`` (the field is optional): the chain methods then.
-CHAIN_METHODS_BEFORE_THE_FIELD = ("sjd", "sd", "lantern", "eagle2", "lantern_chain")
+# Traces written before a trace recorded ``chain`` (the field is optional): the chain methods then,
+# and the built-in ones since (a trace written by hand may leave the field out too).
+CHAIN_METHODS_BEFORE_THE_FIELD = ("sjd", "sd", "lantern", "eagle2", "lantern_chain", "mc-sjd", "gsd")
 
 
 def trace_schema(methods: Iterable[str] | None = None) -> dict:

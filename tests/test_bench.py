@@ -211,7 +211,7 @@ def test_family_without_a_method_skips_it_with_the_reason(toy):
 
 def test_sweep_points_cover_the_ablations_and_run(toy, tmp_path):
     names = set(sweeps.sweep_points(toy.vocab_size))
-    assert names == {"tau", "pooling", "rejection", "resampling", "upsampler", "rows_per_block"}
+    assert names == {"tau", "pooling", "rejection", "resampling", "upsampler", "rows_per_block", "gsd_group"}
     rows = sweeps.run_all(Engine(toy), n_prompts=1, out_dir=tmp_path, names=["rejection"])["rejection"]
     assert [r["point"] for r in rows] == ["raster", "local l=0", "local l=1", "local l=2", "local l=3"]
     # Raster rejection re-opens everything after the first rejection: never less than local l=0.

@@ -52,6 +52,8 @@ NO_MPS = "no MPS device is available"
         (["--radius", "-2"], "error: radius must be an integer in [0, 64]"),
         (["--r", "3"], "error: r=3 does not divide the target grid 8x8"),
         (["--method", "nope"], "error: method must be one of"),
+        (["--method", "gsd", "--gsd-gap", "2"], "error: gsd_gap must be a number in [0, 1] (got 2.0)"),
+        (["--method", "mc-sjd", "--sjd-window", "0"], "error: sjd_window must be an integer in [1, 128] (got 0)"),
         (["--prompt", " "], "error: prompt must not be empty"),
         (["--family", "nope"], "error: family must be one of"),
         # output paths of generate

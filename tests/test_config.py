@@ -28,7 +28,12 @@ from mulo.config import ConfigError, GenerationConfig
         ("lantern", {"lantern_k": True}, r"lantern_k must be -1 \(auto\) or an integer"),
         ("ar", {"temperature": float("nan")}, r"temperature must be a number"),
         ("ar", {"bogus": 1}, r"unknown knob\(s\): bogus"),
-        ("beam", {}, r"method must be one of ar, zipar, sjd, sd, lantern, mulo, eagle2, lantern_chain \(got 'beam'\)"),
+        (
+            "beam",
+            {},
+            r"method must be one of ar, zipar, sjd, sd, lantern, mulo, eagle2, lantern_chain, mc-sjd, gsd "
+            r"\(got 'beam'\)",
+        ),
     ],
 )
 def test_invalid_knobs(engine, method, knobs, message):

@@ -1,4 +1,4 @@
-"""AR, standard speculative decoding and SJD are lossless: their output follows the target exactly.
+"""AR, standard speculative decoding, SJD and MC-SJD are lossless: their output follows the target exactly.
 
 Each check compares the sequences a method samples with the target's exact sequence distribution
 (Pearson chi-square, critical value at p = 0.001), and shows that the same check has power: with
@@ -11,6 +11,8 @@ Chi-square values seen, critical value in brackets (the margins the sample sizes
     AR   real 26.2 [59.8]  temperature 2.0 instead of 2.5: 141.3  top-p 0.9 left on: 233.3
     SD   real 19.3 [42.4]  ignore q: 254.8  over-accept 1.3x: 197.5  resample from p: 281.2
     SJD  real 15.3 [64.0]  ignore q: 245.4  over-accept 1.3x: 232.0  resample from p: 207.1
+from mulo import runner
+from mulo.methods import ar, mc_sjd, sjd, speculative
 
 With the target's passes of two or more tokens in bfloat16 (``mulo.wide``: the verifications, and
 here the prefill too), SD and SJD still pass against the float32 target's distribution: bf16
@@ -23,7 +25,7 @@ rounding moves the verifying distribution by less than these sample sizes can se
 import pytest
 
 from mulo import runner, wide
-from mulo.methods import ar, sjd, speculative
+from mulo.methods import ar, mc_sjd, sjd, speculative
 from mulo.sampling import logits_to_probs
 from tests.helpers import (
     SPREAD_SAMPLING,
@@ -115,6 +117,49 @@ def test_sjd_check_rejects_a_lossy_verification(bug, p_target, monkeypatch):
     seam, lossy = LOSSY_RULES[bug]
     monkeypatch.setattr(sjd, seam, lossy)
     stat, critical = _chi_square_and_critical(_sjd_counts(), p_target)
+    assert stat > critical, (bug, stat, critical)
+
+
+# -- MC-SJD ---------------------------------------------------------------------------------------------
+# MC-SJD's drafts after the first rejection are not drawn afresh but coupled with the current ones:
+# a draft stays when it passes its test, else it is redrawn from the residual, so it follows the
+# target's latest p all the same and the next verification (q = p) stays exact. The check runs SJD's
+# setting (a 4-token window over the 2x2 image, so every run couples drafts) and shows its power
+# on the coupling itself and on the coin the coupling shares with the verification.
+
+
+def coupling_keeps_every_draft(drafts, qs, p, passed, generator):
+    """Bug: the coupling forgets its test: every draft stays, claimed to follow p (so q = p)."""
+    return drafts.clone(), p
+
+
+MC_SJD_SAMPLES = 2000
+BROKEN_COUPLING = {
+    "coupling-keeps-every-draft": ("couple", coupling_keeps_every_draft),
+    "over-accept": ("speculative_accept", accept_too_often),  # the coin the verification and coupling share
+}
+
+
+def _mc_sjd_counts():
+    return sequence_counts(mc_sjd.generate, bare_family(TARGET), COND, MC_SJD_SAMPLES, **SJD_KNOBS)
+
+
+@pytest.mark.slow
+def test_mc_sjd_matches_the_target_sequence_distribution(p_target):
+    """chi-square 27.4 against the critical 64.0 (seeds 0..1999)."""
+    assert_spread(p_target, MC_SJD_SAMPLES)
+    stat, critical = _chi_square_and_critical(_mc_sjd_counts(), p_target)
+    assert stat < critical, (stat, critical)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", BROKEN_COUPLING)
+def test_mc_sjd_check_rejects_a_broken_coupling(bug, p_target, monkeypatch):
+    """The same check with the coupling broken on purpose reached chi-square 2807.5 (every draft
+    kept) and 263.9 (a coin that accepts 1.3x too often), against the critical 64.0."""
+    seam, lossy = BROKEN_COUPLING[bug]
+    monkeypatch.setattr(mc_sjd, seam, lossy)
+    stat, critical = _chi_square_and_critical(_mc_sjd_counts(), p_target)
     assert stat > critical, (bug, stat, critical)
 
 

@@ -83,7 +83,10 @@ def test_registering_checks_names_knobs_and_needs(stripes_method):
         methods.register(methods.Method("other", "Other", stripes, "x", needs=("wings",), builtin=False))
     with pytest.raises(ValueError, match="built in"):
         methods.unregister("ar")
-    assert "other" not in methods.names()
+    for name in ("two words", "a.b", "-"):  # a flag's value and part of a file name
+        with pytest.raises(ValueError, match="letters, digits, _ and -"):
+            methods.register(methods.Method(name, "Other", stripes, "x", builtin=False))
+    assert "other" not in methods.names() and "mc-sjd" in methods.names()
 
 
 def test_the_app_offers_it_as_a_third_column_with_its_knobs(stripes_method):

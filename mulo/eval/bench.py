@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # the engine pulls in diffusers: the CLI's --help lists the l
 
 # The full table, in order (the rest of SPECS, MuLo-SD at the family's own knobs, is the model card's)
 TABLE_LABELS = [
-    "ar", "zipar", "zipar-w8", "zipar-w16", "sjd", "sd", "lantern", "eagle2",
+    "ar", "zipar", "zipar-w8", "zipar-w16", "sjd", "mc-sjd", "gsd", "sd", "lantern", "eagle2",
     "mulo-v1-r2", "mulo-v2-r2", "mulo-v1-r4", "mulo-v2-r4",
 ]  # fmt: skip
 QUICK_LABELS = ["ar", "zipar", "sjd", "sd", "lantern", "eagle2", "mulo-v1-r2", "mulo-v2-r2", "mulo-v2-r4"]
@@ -338,7 +338,7 @@ def save(result: dict, out_dir: Path | None, json_path: Path | None) -> None:
 # quality, and ahead of the baselines that also keep it (the paper's ordering).
 GOALS = {"mulo-v2-r2": {"nfe_speedup": 2.0, "speedup": 1.6}, "mulo-v2-r4": {"nfe_speedup": 3.5, "speedup": 2.5}}
 QUALITY_TOLERANCE = {"fd": 0.10, "adherence": 0.03}  # FD within 10 % of AR's, adherence within 3 points
-ORDERING_BASELINES = ("zipar", "zipar-w8", "zipar-w16", "sjd", "sd", "lantern", "eagle2")
+ORDERING_BASELINES = ("zipar", "zipar-w8", "zipar-w16", "sjd", "mc-sjd", "gsd", "sd", "lantern", "eagle2")
 NAMES = {"nfe_speedup": "by NFE", "speedup": "wall-clock"}
 
 

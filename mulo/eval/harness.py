@@ -32,6 +32,8 @@ SPECS: dict[str, tuple[str, dict]] = {
     "zipar-w8": ("zipar", {"zipar_window": 8}),
     "zipar-w16": ("zipar", {"zipar_window": 16}),
     "sjd": ("sjd", {}),
+    "mc-sjd": ("mc-sjd", {}),  # SJD's window (16): the coupling is its only change
+    "gsd": ("gsd", {}),  # group reach 7, gap 0.15: GSD's code's values
     "sd": ("sd", {}),
     "lantern": ("lantern", {}),
     "eagle2": ("eagle2", {}),

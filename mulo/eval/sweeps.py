@@ -22,6 +22,7 @@ from mulo.eval.quality import Quality
 # drafter and up-sampler alone: the target verifies but its verdict is ignored): the two ends.
 TAUS = (1.01, 0.9, 0.3, 0.1, 0.01, 0.001, 0.0)
 DELTAS = (0.05, 0.1, 0.2, 0.4, 0.8)
+GSD_REACH = (0, 3, 7, 15)  # GSD's group reach: 0 is SJD's test, 7 GSD's code's
 
 
 def pooling_ks(vocab_size: int) -> list[int]:
@@ -47,6 +48,8 @@ def sweep_points(vocab_size: int) -> dict[str, list[tuple[str, str, dict]]]:
             ("learned", "mulo-v2-r2", {"upsampler": "learned"}),
         ],
         "rows_per_block": [(f"rows={n}", "mulo-v1-r2", {"rows_per_block": n}) for n in (1, 2, 4, 8)],
+        # GSD's speed-quality knob: a wider group accepts more drafts and strays further from the target
+        "gsd_group": [(f"gsd G={g}", "gsd", {"gsd_group": g}) for g in GSD_REACH],
     }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mulo.config import MULO, MULO_DRAFTING, SAMPLING, ConfigError, keys_in, knob_keys
-from mulo.methods import ar, eagle2, lantern, sjd, speculative, zipar
+from mulo.methods import ar, eagle2, gsd, lantern, mc_sjd, sjd, speculative, zipar
 from mulo.methods import mulo as mulo_sd
 
 # Knobs every method reads: the target (and any drafter) samples this way.
@@ -80,8 +80,9 @@ def register(method: Method) -> Method:
     """Add a method; its knobs must be config keys and its needs keys of ``NEEDS``."""
     if method.name in REGISTRY:
         raise ValueError(f"method {method.name!r} is already registered")
-    if not method.name.isidentifier():
-        raise ValueError(f"method name must be an identifier (got {method.name!r})")
+    name = method.name  # a flag's value and part of a file name: no spaces, no dots
+    if not (name[:1].isalpha() and name.replace("-", "_").isidentifier()):
+        raise ValueError(f"method name must be letters, digits, _ and -, starting with a letter (got {name!r})")
     unknown = sorted(set(method.knobs) - set(knob_keys())) + sorted(set(method.needs) - set(NEEDS))
     if unknown:
         raise ValueError(f"method {method.name!r}: unknown knobs or needs {', '.join(unknown)}")
@@ -150,5 +151,20 @@ register(
         "lantern_chain", "LANTERN-chain", speculative.generate_lantern_chain,
         "LANTERN's relaxed acceptance on a same-grid draft model's chains (the variant before the tree one)",
         knobs=("draft_len", "delta", "lantern_k"), needs=("draft_model",), chain=True, baseline=False,
+    )
+)  # fmt: skip
+# The 2026 front of training-free Jacobi decoding (issue 66): SJD's loop, another verdict each
+register(
+    Method(
+        "mc-sjd", "MC-SJD", mc_sjd.generate,
+        "MC-SJD: SJD with drafts coupled across iterations (maximal coupling; lossless)",
+        knobs=("sjd_window",), chain=True,
+    )
+)  # fmt: skip
+register(
+    Method(
+        "gsd", "GSD", gsd.generate,
+        "GSD: SJD accepting a draft when its group of likely, nearby tokens passes (lossy)",
+        knobs=("sjd_window", "gsd_group", "gsd_gap", "gsd_distance"), chain=True,
     )
 )  # fmt: skip

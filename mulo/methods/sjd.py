@@ -7,9 +7,16 @@ target distribution p at every window position. Drafts are verified left to righ
 fresh random guess); the first rejection is replaced by a sample from ``norm(max(0, p - q))``
 and verification stops. The fresh samples drawn from p after the committed tokens become the
 next iteration's drafts (with q = that p), and new random guesses refill the window.
+
+The loop (``iterate``) is shared with SJD's variants, which differ only in one iteration's
+verdict: MC-SJD (``mulo.methods.mc_sjd``) draws the next drafts coupled with the current ones, GSD
+(``mulo.methods.gsd``) tests a group of tokens around each draft instead of the draft alone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +26,41 @@ from mulo.methods.common import DecodeContext
 from mulo.sampling import residual_distribution, speculative_accept
 
 
+@dataclass
+class Verdict:
+    """One iteration's outcome over a window of m drafts (``p``: m or m + 1 rows, the last one the
+    position after the window when the image has it)."""
+
+    n_ok: int  # drafts accepted before the first rejection
+    scores: torch.Tensor  # [m] the acceptance probability each draft was tested with (before min(1, .))
+    replacement: int | None  # the token drawn at the first rejection (None: every draft passed)
+    next_drafts: torch.Tensor  # drafts for the positions after the committed ones, in order
+    next_qs: torch.Tensor  # [len(next_drafts), V] the distribution each was drawn from
+    kept: torch.Tensor | None = None  # MC-SJD: bool [len(next_drafts)], the draft there stays the same
+
+
 def generate(ctx: DecodeContext):
+    return (yield from iterate(ctx, verify))
+
+
+def verify(ctx: DecodeContext, p: torch.Tensor, drafts: torch.Tensor, qs: torch.Tensor) -> Verdict:
+    """SJD's verdict: exact speculative sampling, then fresh samples from p as the next drafts."""
+    m = len(drafts)
+    fresh = ctx.sample(p)
+    p_draft = p[torch.arange(m), drafts]
+    q_draft = qs[torch.arange(m), drafts]
+    n_ok = first_rejection(speculative_accept(p_draft, q_draft, ctx.generator))
+    replacement = None
+    if n_ok < m:  # replace the first rejected draft from the residual
+        replacement = int(ctx.sample(residual_distribution(p[n_ok], qs[n_ok])))
+    done = n_ok + (replacement is not None)
+    return Verdict(n_ok, p_draft / q_draft, replacement, fresh[done:], p[done:])
+
+
+def iterate(ctx: DecodeContext, verdict: Callable[..., Verdict]):
+    """The Jacobi loop: each iteration tops the window up with random guesses (one-hot q), runs one
+    causal target pass over it, commits what ``verdict(ctx, p, drafts, qs)`` accepted (and its
+    replacement) and carries its next drafts into the following iteration."""
     height, width = ctx.grid
     n_total = height * width
     vocab = ctx.family.target.config.vocab_size
@@ -42,19 +83,20 @@ def generate(ctx: DecodeContext):
             seq = x.clone()
             seq[n : n + m] = drafts
             p = chain_probs(target, seq, n, m)
-            fresh = ctx.sample(p)
-            p_draft = p[torch.arange(m), drafts]
-            q_draft = qs[torch.arange(m), drafts]
-            n_ok = first_rejection(speculative_accept(p_draft, q_draft, ctx.generator))
-            x[n : n + n_ok] = drafts[:n_ok]
-            mark_chain(rnd, n, drafts, p_draft / q_draft, n_ok)
-            if n_ok < m:  # replace the first rejected draft from the residual
-                x[n + n_ok] = ctx.sample(residual_distribution(p[n_ok], qs[n_ok]))
+            v = verdict(ctx, p, drafts, qs)
+            x[n : n + v.n_ok] = drafts[: v.n_ok]
+            mark_chain(rnd, n, drafts, v.scores, v.n_ok)
+            n_ok = v.n_ok
+            if v.replacement is not None:
+                x[n + n_ok] = v.replacement
                 mark_replaced(rnd, n + n_ok)
                 n_ok += 1
             n += n_ok
-            # Fresh samples after the committed tokens are the next drafts.
-            keep = slice(n_ok, min(p.shape[0], n_ok + n_total - n))
-            drafts, qs = fresh[keep], p[keep]
+            left = n_total - n  # the next drafts never run past the image
+            drafts, qs = v.next_drafts[:left], v.next_qs[:left]
+            if v.kept is not None:
+                rnd.coupled = torch.zeros(n_total, dtype=torch.int8)
+                rnd.coupled[n : n + len(drafts)] = v.kept[:left].to(torch.int8)
+                rnd.coupled = rnd.coupled.reshape(height, width).numpy()
         yield ctx.close(rnd, x)
     return x.reshape(height, width)

@@ -58,6 +58,9 @@ def counts_sentence(trace: Trace, index: int) -> str:
     text = f"{plural(c['proposed'], 'draft token')} proposed: {c['accepted']:,} accepted, {c['rejected']:,} rejected"
     if c["reopened"]:
         text += f"; {c['reopened']:,} re-opened and resampled in {plural(c['islands'], 'island')}"
+    coupled = trace.rounds[index].coupled
+    if coupled is not None:
+        text += f"; {plural(int(coupled.sum()), 'draft')} kept by the coupling for the next iteration"
     return text
 
 

@@ -165,6 +165,7 @@ def round_info(trace: Trace, index: int) -> str:
         f"in {rnd.n_islands} island(s) · t0 = {_rc(rnd.t0, trace.grid)}"
         + (f" · score min/median {score.min():.3f}/{np.median(score):.3f}" if score.size and score.max() >= 0 else "")
         + (_tree_info(rnd.tree) if rnd.tree else "")
+        + (_coupled_info(rnd.coupled) if rnd.coupled is not None else "")
         + f" · NFE target {rnd.nfe.get('target', 0)}, drafter {rnd.nfe.get('drafter', 0)}"
         + f" · {sum(rnd.timings_s.values()) * 1000:.1f} ms  \n"
         + round_legend(counts)
@@ -174,6 +175,10 @@ def round_info(trace: Trace, index: int) -> str:
 def _tree_info(tree: dict) -> str:
     tried = sum(status != 0 for status in tree["status"])
     return f" · draft tree {len(tree['token'])} nodes, depth {max(tree['depth'], default=0)}, {tried} tried"
+
+
+def _coupled_info(coupled: np.ndarray) -> str:
+    return f" · coupled {int(coupled.sum())} (drafts after the commit kept for the next iteration)"
 
 
 def _rc(t0, grid) -> str:
@@ -186,6 +191,8 @@ def _score_words(method: str, score: float, tau: float) -> str:
         return f"pooled target probability {score:.3f} vs τ {tau}"
     if method in ("lantern", "lantern_chain"):
         return f"relaxed acceptance probability min(1, p̃/q) {score:.3f}"
+    if method == "gsd":
+        return f"group acceptance probability min(1, p(G)/q(G)) {score:.3f}"
     return f"acceptance probability {score:.3f}"
 
 
@@ -207,6 +214,8 @@ def describe_token(trace: Trace, row: int, col: int, tau: float) -> str:
             parts.append(f"re-opened (island {int(rnd.islands[row, col])})")
         if rnd.resampled[row, col]:
             parts.append(f"resampled in wave {int(rnd.resampled[row, col])} → code {int(rnd.tokens[row, col])}")
+        if rnd.coupled is not None and rnd.coupled[row, col]:
+            parts.append("kept by the coupling as the next iteration's draft")
         lines.append("- " + "; ".join(parts))
     if len(lines) == 1:
         lines.append("- decoded directly by the target (no draft for this position)")

@@ -3,11 +3,11 @@
     python tools/experiments/front.py --family emoji-16 --prompts 120 --json benchmarks/front-emoji-16.json \
         --figure docs/front-emoji16.png
 
-Each method runs at a few settings (its points: ZipAR's window, SJD's window, SD's draft length,
-LANTERN's delta, EAGLE-2's tree budget, MuLo-SD's neighbourhood and tau at r = 2 and 4), every
-point over the same prompts and seeds, interleaved with AR (``bench.run_table``). A point keeps
-AR's quality when its FD is within 10 % of AR's and its adherence within 0.03
-(``bench.at_ar_quality``, the paper's protocol). Per method and per measure (NFE, cost and
+Each method runs at a few settings (its points: ZipAR's window, SJD's and MC-SJD's window, GSD's
+group reach, SD's draft length, LANTERN's delta, EAGLE-2's tree budget, MuLo-SD's neighbourhood
+and tau at r = 2 and 4), every point over the same prompts and seeds, interleaved with AR
+(``bench.run_table``). A point keeps AR's quality when its FD is within 10 % of AR's and its
+adherence within 0.03 (``bench.at_ar_quality``, the paper's protocol). Per method and per measure (NFE, cost and
 wall-clock speed-up) the fastest point that keeps AR's quality is its best; issue 46 asks MuLo-SD's
 best to beat every baseline's on all three. The figure puts every point on one plot per measure:
 speed-up across, FD over AR's up, a line through each method's points.
@@ -35,6 +35,8 @@ def points() -> dict[str, list[tuple[str, str, dict]]]:
     return {
         "ZipAR": [(f"zipar w={w}", "zipar", {"zipar_window": w}) for w in (4, 8, 16)],
         "SJD": [(f"sjd w={w}", "sjd", {"sjd_window": w}) for w in (8, 16, 32)],
+        "MC-SJD": [(f"mc-sjd w={w}", "mc-sjd", {"sjd_window": w}) for w in (8, 16, 32)],
+        "GSD": [(f"gsd G={g}", "gsd", {"gsd_group": g}) for g in (3, 7, 15)],
         "SD": [(f"sd len={n}", "sd", {"draft_len": n}) for n in (2, 4, 8)],
         "LANTERN": [(f"lantern delta={d}", "lantern", {"delta": d}) for d in (0.1, 0.4, 1.0)],
         "EAGLE-2": [(f"eagle2 budget={b}", "eagle2", {"tree_budget": b}) for b in (20, 60)],
