@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from mulo.families import ASSETS_ROOT, twemoji
+from mulo.families import ASSETS_ROOT, emoji
 from tests.helpers import run_cli
 
 FAMILY = "emoji-16"
@@ -19,13 +19,13 @@ FAMILY = "emoji-16"
 def engine():
     from mulo.engine import Engine
 
-    return Engine(twemoji.build(FAMILY))
+    return Engine(emoji.build(FAMILY))
 
 
 def test_assets_are_complete_and_carry_every_styles_licence():
     assets = ASSETS_ROOT / FAMILY
     names = {p.name for p in assets.glob("*.safetensors")}
-    assert names == {f"{name}.safetensors" for name in (*twemoji.FILES, "eagle_head")}
+    assert names == {f"{name}.safetensors" for name in (*emoji.FILES, "eagle_head")}
     card = (assets / "MODEL_CARD.md").read_text()
     for attribution in ("Twitter, Inc.", "Google Inc.", "openmoji.org", "Microsoft Corporation"):
         assert attribution in card

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, twemoji
+from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, emoji
 
 FAMILIES = ("twemoji",)
 
@@ -24,13 +24,13 @@ def family(request) -> str:
 def engine(family):
     from mulo.engine import Engine
 
-    return Engine(twemoji.build(family))
+    return Engine(emoji.build(family))
 
 
 def test_assets_fit_spaces_limits(family):
     assets = ASSETS_ROOT / family
     sizes = {p.name: p.stat().st_size for p in assets.glob("*.safetensors")}
-    assert set(sizes) == {f"{name}.safetensors" for name in (*twemoji.FILES, "eagle_head")}
+    assert set(sizes) == {f"{name}.safetensors" for name in (*emoji.FILES, "eagle_head")}
     card = (assets / "MODEL_CARD.md").read_text()
     assert "CC-BY 4.0" in card and "Twitter, Inc." in card
     # Hugging Face Spaces takes no file of 10 MB or more without LFS; the app ships every family
