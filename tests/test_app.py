@@ -251,11 +251,11 @@ def test_the_prompt_hint_lists_a_familys_styles(tmp_path, monkeypatch):
     from mulo.ui import engines
 
     assert engines.prompt_info("toy") == engines.PROMPT_INFO  # one style: the plain hint
-    (tmp_path / "emoji").mkdir()
+    (tmp_path / "emoji-16").mkdir()
     styles = [{"word": "noto", "title": "Noto Emoji", "licence": "Apache-2.0"},
               {"word": "openmoji", "title": "OpenMoji", "licence": "CC-BY-SA-4.0"}]  # fmt: skip
-    (tmp_path / "emoji" / "styles.json").write_text(json.dumps(styles))
+    (tmp_path / "emoji-16" / "styles.json").write_text(json.dumps(styles))
     monkeypatch.setattr(engines, "ASSETS_ROOT", tmp_path)
-    assert engines.prompt_info("emoji").endswith("(else any style): noto (Noto Emoji), openmoji (OpenMoji)")
-    (tmp_path / "emoji" / "styles.json").write_text("{not json")
-    assert engines.prompt_info("emoji") == engines.PROMPT_INFO  # a broken file never breaks the app
+    assert engines.prompt_info("emoji-16").endswith("(else any style): noto (Noto Emoji), openmoji (OpenMoji)")
+    (tmp_path / "emoji-16" / "styles.json").write_text("{not json")
+    assert engines.prompt_info("emoji-16") == engines.PROMPT_INFO  # a broken file never breaks the app

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
+pytestmark = pytest.mark.slow  # the app served in a process of its own (docs/testing.md)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -10,6 +10,7 @@ from mulo.tracefile import validate
 from tests.helpers import run_cli as run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", method_names())
 def test_generate_writes_image_and_valid_trace(method, tmp_path):
     out, trace = tmp_path / "x.png", tmp_path / "x.json"

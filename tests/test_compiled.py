@@ -21,6 +21,8 @@ from mulo.families import load_family, toy
 from mulo.models.gpt import GPT, GPTConfig, KVCache, init_random_
 from mulo.sampling import graph_knobs, graph_probs, logits_to_probs
 
+pytestmark = pytest.mark.slow  # each package compiles in ~20 s (docs/testing.md)
+
 
 @pytest.fixture(scope="module", autouse=True)
 def package_cache(tmp_path_factory):

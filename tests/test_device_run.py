@@ -34,6 +34,7 @@ def test_the_step_budgets_fit_one_call_and_a_session():
     assert device_run.MAX_PARTS + 2 <= 8  # files that come back
 
 
+@pytest.mark.slow
 def test_smoke_run_checks_measures_trains_and_resumes(tmp_path):
     first, second = tmp_path / "out1", tmp_path / "out2"
     run_dir = tmp_path / "run"
@@ -157,6 +158,7 @@ def test_pack_keeps_the_resume_point_within_the_next_calls_room(tmp_path, monkey
     assert device_run.next_call_room("emoji") == 123 and device_run.next_call_room("emoji-16") is None
 
 
+@pytest.mark.slow
 def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
     out = ROOT / ".device-test"  # inside the repository, as .device is (git ignores neither: removed after)
     try:
@@ -173,7 +175,7 @@ def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
         assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
         # the room a call that only trains leaves its resume point: the committed one fits it
         room = json.loads((out / "room.json").read_text())["resume_bytes"]
-        committed = prepare.size_of(ROOT / "resume" / "emoji")
+        committed = prepare.size_of(ROOT / "tools" / "resume" / "emoji")
         assert committed + prepare.BUNDLE_MAX <= room, (committed, room)
         # a call that only trains never reads the CPU's tokens: --train-only does not compute them
         (out / "cpu_reference.json").unlink()

@@ -12,6 +12,8 @@ import torch
 from mulo.families import ASSETS_ROOT, emoji
 from tests.helpers import run_cli
 
+pytestmark = pytest.mark.slow  # the shipped emoji-16 family, many images (docs/testing.md)
+
 FAMILY = "emoji-16"
 
 

@@ -16,6 +16,8 @@ from mulo.engine import Engine
 from mulo.families import load_family
 from tests.pinned_runs import PINS, RUNS, example_runs, run
 
+pytestmark = pytest.mark.slow  # twenty pinned runs, the shipped families among them (docs/testing.md)
+
 PINNED = json.loads(PINS.read_text())
 
 

@@ -188,6 +188,7 @@ def test_each_recipe_s_vq_encodes_its_three_sizes_to_its_grids():
 
 # twemoji: 128 px, one style, the VQ study of three codebooks; emoji-16: five styles, held-out pairs,
 # adoption. (emoji, five styles at 128 px, runs the same code paths: not run a third time.)
+@pytest.mark.slow
 @pytest.mark.parametrize("family, px", [("twemoji", 128), ("emoji-16", 64)])
 def test_smoke_run_trains_every_stage_and_the_family_loads(tmp_path, family, px):
     from mulo.engine import Engine

@@ -12,6 +12,8 @@ import pytest
 
 from mulo.families import ASSETS_ROOT, DEFAULT_FAMILY, emoji
 
+pytestmark = pytest.mark.slow  # the shipped 32x32 family, many images (docs/testing.md)
+
 FAMILIES = ("twemoji",)
 
 

@@ -11,6 +11,8 @@ from playwright.sync_api import Page, expect
 
 from tests.e2e.test_ui import set_slider
 
+pytestmark = pytest.mark.slow  # a browser drives the served app (docs/testing.md)
+
 # Every toast gradio shows is recorded as it appears (they vanish after a few seconds).
 RECORD_TOASTS = """
 window.__toasts = [];

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+pytestmark = pytest.mark.slow  # a browser drives the served app (docs/testing.md)
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
