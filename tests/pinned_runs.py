@@ -40,6 +40,10 @@ RUNS = [
     ("toy", "lantern", 4, {"temperature": 0.0, "lantern_k": 16, "tree_budget": 9, "tree_depth": 3, "tree_top_k": 3}),
     ("toy", "lantern_chain", 3, {"delta": 0.2, "lantern_k": 4}),
     ("emoji-16", "lantern_chain", 1, {}),
+    ("toy", "mc-sjd", 3, {"sjd_window": 5}),
+    ("toy", "gsd", 3, {"sjd_window": 5, "gsd_group": 4, "gsd_gap": 0.3, "gsd_distance": 2.0}),
+    ("emoji-16", "mc-sjd", 1, {}),
+    ("emoji-16", "gsd", 1, {}),
 ]
 PROMPT = "red apple"
 
