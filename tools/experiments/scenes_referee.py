@@ -22,7 +22,7 @@ import torch
 from PIL import Image, ImageFilter
 
 from mulo.eval.referee import Referee
-from mulo.families.twemoji import load_vq
+from mulo.families.emoji import load_vq
 from mulo.train import scenes
 
 CACHE = Path.home() / ".cache" / "mulo" / "styles"
