@@ -304,9 +304,8 @@ def cmd_compile(args) -> int:
     if why:
         raise UsageError(f"cannot compile here: {why}; the passes run eagerly")
     family = load_family(args.family, "cpu", args.dtype)
-    models = [family.target, *family.drafters.values(), family.draft_model]
     cfg = family.defaults.get("cfg", 1.0) != 1.0  # CFG runs a batch of 2; the knob may turn it on or off
-    built, present = compiled.build_all(models, batches=(1, 2) if cfg else (1,))
+    built, present = compiled.build_all(family.transformers(), batches=(1, 2) if cfg else (1,))
     print(f"{args.family}: {built} package(s) built, {present} already in {compiled.cache_dir()}")
     return 0
 
@@ -341,7 +340,7 @@ def cmd_generate(args) -> int:
         )
     for warning in result.trace.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if "not built" in result.trace.execution:  # cached mode met passes nobody compiled yet
+    if any(m.compiled is not None and m.compiled.missing for m in engine.family.transformers()):  # cached mode
         print(
             f"note: {result.trace.execution} (python -m mulo compile --family {args.family})",
             file=sys.stderr,

@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mulo.config import COMPILE_MODES
+from mulo.config import COMPILE_MODES, resolve_mode
 from mulo.runner import query_bucket
 from mulo.sampling import graph_knobs, graph_probs
 
@@ -284,7 +284,8 @@ class StepCompiler:
         if shape in self.failures or shape in self.missing:
             return None
         path = self.path(batch, bucket)
-        if not path.exists():
+        on_disk = path.exists()
+        if not on_disk:
             if not self.build:
                 self.missing.add(shape)
                 return None
@@ -296,7 +297,7 @@ class StepCompiler:
                 return None
         began = time.perf_counter()
         try:
-            if not path.exists():
+            if not on_disk:
                 _compile(self.model, batch, bucket, path)
             self.runs[shape] = torch._inductor.aoti_load_package(str(path)).loader.boxed_run
         except Exception as exc:  # export, compiler or loader: eager for this shape
@@ -392,13 +393,8 @@ def attach(models, mode: str = "auto", background: bool = False) -> str:
     model on a CPU, a C++ compiler is present and ``MULO_COMPILE`` is not ``off``; ``cached``: the
     same, using only packages already on disk), or take it away (``off``). Returns how the steps
     will run: ``compiled steps`` or ``eager (why)``."""
-    if mode not in COMPILE_MODES:
-        raise ValueError(f"compile must be one of {COMPILE_MODES} (got {mode!r})")
+    mode = resolve_mode(mode, COMPILE_MODES, "MULO_COMPILE", "compile")
     models = [m for m in models if m is not None]
-    if mode == "auto":
-        mode = os.environ.get("MULO_COMPILE", "auto")
-        if mode not in COMPILE_MODES:
-            raise ValueError(f"MULO_COMPILE must be one of {COMPILE_MODES} (got {mode!r})")
     why = None
     if mode == "off":
         why = "compiling switched off"

@@ -13,6 +13,7 @@ docs/method.md (``python -m mulo knobs``) are all made from it, so a knob added 
 from __future__ import annotations
 
 import math
+import os
 import unicodedata
 from dataclasses import MISSING, dataclass, field, fields
 
@@ -53,6 +54,19 @@ def knob(default, help_text: str, *, label: str, group: str, key: str | None = N
 COMPILE_MODES = ("auto", "on", "off", "cached")
 # Which precision wide passes run in (``mulo.wide``): measured per machine, or forced
 WIDE_MODES = ("auto", "float32", "bfloat16")
+
+
+def resolve_mode(mode: str, modes: tuple[str, ...], env: str, what: str) -> str:
+    """``mode`` checked against ``modes``; ``auto`` gives way to the environment variable ``env``
+    when it is set (checked too). ``what`` names the setting in the error."""
+    if mode not in modes:
+        raise ValueError(f"{what} must be one of {modes} (got {mode!r})")
+    if mode == "auto":
+        mode = os.environ.get(env, "auto")
+        if mode not in modes:
+            raise ValueError(f"{env} must be one of {modes} (got {mode!r})")
+    return mode
+
 
 @dataclass(frozen=True)
 class Knob:

@@ -69,7 +69,7 @@ class Engine:
         self.graphs = graphs
         # EAGLE's head stays eager: compiled as a one-layer GPT it measured no faster at the widths
         # EAGLE-2 feeds it (7 and 10 queries; docs/cpu-engine.md)
-        models = [family.target, *family.drafters.values(), family.draft_model]
+        models = family.transformers()
         self.compilation = compiled.attach(models, compile, background_compile)  # "compiled steps" / "eager (why)"
         self.wide_precision = wide.attach(models, wide_precision)  # "measured per width bucket", "float32 (forced)"...
         self.lock = threading.Lock()
@@ -105,7 +105,7 @@ class Engine:
         fam = self.family
         with self.lock:
             timer = PhaseTimer(fam.device, compiled.setup_seconds)
-            start, setup = time.perf_counter(), compiled.setup_seconds()
+            start, setup_before = time.perf_counter(), compiled.setup_seconds()
             alias = fam.alias(prompt) if knobs.aliases else None
             with timer.phase("condition"):  # Tar: the LLM's semantic tokens + TA-Tok decoding
                 cond = fam.condition(alias or prompt, seed)
@@ -116,7 +116,7 @@ class Engine:
             tokens = yield from _collect(methods.get(method).generate(ctx), rounds, paused)
             with timer.phase("vq_decode"):
                 image = to_uint8(fam.vq.decode(tokens[None].to(fam.device)))[0].numpy()
-            setup = compiled.setup_seconds() - setup  # building/loading compiled passes: not the method's
+            setup = compiled.setup_seconds() - setup_before  # building/loading compiled passes: not the method's
             latency = time.perf_counter() - start - paused[0] - setup
             execution = ctx.execution()
             if setup >= 0.01:

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from mulo.compiled import MAX_QUERIES, cache_dir
-from mulo.config import WIDE_MODES
+from mulo.config import WIDE_MODES, resolve_mode
 from mulo.models.gpt import KVCache
 from mulo.runner import query_bucket
 
@@ -124,13 +124,13 @@ class WidePasses:
     function of (model, batch, width) returning (float32 s, bfloat16 s)) once per machine and kept
     on disk. Attached to a GPT as ``model.wide``; ``GPT.forward_hidden`` asks ``autocast``."""
 
-    def __init__(self, model, mode: str, min_width: int = MIN_WIDTH, timer: Callable = time_layer):
+    def __init__(self, model, mode: str, min_width: int = MIN_WIDTH, timer: Callable = time_layer, on=None):
         if mode not in MODES:
             raise ValueError(f"wide precision must be one of {MODES} (got {mode!r})")
         self.model, self.mode, self.min_width, self.timer = model, mode, min_width, timer
         self.shape_key = hashlib.sha256(repr(model.config).encode()).hexdigest()[:16]
         self.chosen: dict[tuple[int, int], dict] = {}  # (batch, bucket) -> its timings and precision
-        self.machine = machine()
+        self.machine = machine() if on is None else on  # ``on``: the machine key, read once by ``attach``
         self.path = choices_path(self.machine)
 
     def precision(self, batch: int, width: int) -> str:
@@ -186,21 +186,17 @@ def attach(models, mode: str = "auto", min_width: int = MIN_WIDTH, timer: Callab
     """Give each GPT in ``models`` a ``WidePasses`` (``auto``: ``MULO_WIDE_PRECISION`` if set, else
     measured) when every one is a float32 model on a CPU; else none (float32, or the model's own
     dtype on an accelerator). Returns how the wide passes will run."""
-    if mode not in MODES:
-        raise ValueError(f"wide precision must be one of {MODES} (got {mode!r})")
+    mode = resolve_mode(mode, MODES, "MULO_WIDE_PRECISION", "wide precision")
     models = [m for m in models if m is not None]
-    if mode == "auto":
-        mode = os.environ.get("MULO_WIDE_PRECISION", "auto")
-        if mode not in MODES:
-            raise ValueError(f"MULO_WIDE_PRECISION must be one of {MODES} (got {mode!r})")
     params = [next(m.parameters()) for m in models]
     why = None
     if any(p.device.type != "cpu" for p in params):
         why = "the model's own dtype on an accelerator"
     elif any(p.dtype != torch.float32 for p in params):
         why = "the model's own dtype: not float32"
+    on = None if why else machine()
     for model in models:
-        model.wide = None if why else WidePasses(model, mode, min_width, timer)
+        model.wide = None if why else WidePasses(model, mode, min_width, timer, on)
     if why:
         return why
     return "measured per width bucket" if mode == "auto" else f"{mode} (forced)"

@@ -20,12 +20,13 @@ Numpy only: the app and the benchmark score images with it without any training 
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from mulo.grid import islands
 from mulo.scenes import PALETTE, ScenePrompt, parse_prompt
 
 CELL = 4  # px: the target's token (the blobs are found on this grid)
@@ -154,26 +155,10 @@ def _pool(image: np.ndarray) -> np.ndarray:
 
 
 def _components(mask: np.ndarray) -> list[np.ndarray]:
-    """8-connected components of a small boolean grid, each as a boolean grid."""
-    seen = np.zeros_like(mask)
-    out = []
-    h, w = mask.shape
-    for start in zip(*np.nonzero(mask), strict=True):
-        if seen[start]:
-            continue
-        part = np.zeros_like(mask)
-        queue = deque([start])
-        seen[start] = True
-        while queue:
-            y, x = queue.popleft()
-            part[y, x] = True
-            for ny in range(max(0, y - 1), min(h, y + 2)):
-                for nx in range(max(0, x - 1), min(w, x + 2)):
-                    if mask[ny, nx] and not seen[ny, nx]:
-                        seen[ny, nx] = True
-                        queue.append((ny, nx))
-        out.append(part)
-    return out
+    """8-connected components of a small boolean grid, each as a boolean grid, in the raster order
+    of their first cell (MuLo-SD's islands, ``mulo.grid.islands``)."""
+    labels = islands(torch.from_numpy(mask)).numpy()
+    return [labels == n for n in range(1, int(labels.max()) + 1)]
 
 
 class Referee:

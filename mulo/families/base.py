@@ -120,6 +120,11 @@ class Family:
             self._pixel[r] = PixelUpsampler(self.vq, r)
         return self._pixel[r]
 
+    def transformers(self) -> list:
+        """The AR transformers a request runs (target, drafters, draft model): what compiles and what
+        may run wide passes in bf16 (EAGLE's head stays eager)."""
+        return [m for m in (self.target, *self.drafters.values(), self.draft_model) if m is not None]
+
     def to(self, device, dtype: torch.dtype | None = None) -> Family:
         """Every model onto ``device``; the AR models and the EAGLE head also to ``dtype`` (bf16 on
         a GPU: their steps are memory-bound). The tokenizer and up-samplers stay float32."""
