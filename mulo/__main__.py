@@ -89,13 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--trace", type=Path, help="write the trace here (JSON)")
     _knob_flags(gen)
     tr = sub.add_parser("train", help="train a model family from its recipe (docs/training.md)")
-    tr.add_argument("family", metavar="RECIPE", help="a recipe of mulo/train/recipes.py, e.g. twemoji, emoji-16")
+    tr.add_argument(
+        "family", metavar="RECIPE", help="a recipe of mulo/train/recipes.py, e.g. twemoji, emoji-16, scenes"
+    )
     tr.add_argument("--smoke", action="store_true", help="a few steps of every stage on a few images")
     tr.add_argument("--device", default="cpu")
     tr.add_argument("--run-dir", type=Path, help="checkpoints and the report (default runs/FAMILY)")
     tr.add_argument("--assets", type=Path, help="where export writes the family (default assets/FAMILY)")
     tr.add_argument(
-        "--cache", type=Path, help="data cache (default ~/.cache/mulo/twemoji; emoji: ~/.cache/mulo/styles)"
+        "--cache",
+        type=Path,
+        help="data cache (default ~/.cache/mulo/twemoji; emoji and scenes: ~/.cache/mulo/styles)",
     )
     tr.add_argument("--stages", help="comma-separated subset of stages")
     tr.add_argument(
@@ -158,6 +162,7 @@ DELEGATED = {
     "study": ("mulo.eval.probes.study", "a training run's geometry study (losses, ceilings, generalisation)"),
     "peek": ("mulo.eval.probes.peek", "a look at a target still training, scored as the model card scores"),
     "oracle": ("mulo.eval.probes.oracle", "the oracle MuLo-SD table of a VQ tokenizer"),
+    "scenes-study": ("mulo.eval.probes.scenes_study", "the emoji scenes study's table, from its candidates' runs"),
     "knobs": ("mulo.config", "print the knob table (docs/method.md's)"),
 }
 

@@ -16,6 +16,7 @@ from mulo.engine import Engine
 from mulo.eval import harness
 from mulo.eval.metrics import acceptance_by_detail
 from mulo.eval.quality import Quality
+from mulo.scenes import parse_prompt
 
 SAMPLE_PROMPTS = [
     "red apple",
@@ -101,13 +102,15 @@ def _mulo_rounds(result) -> tuple | None:
     return acceptance_by_detail(result.image, result.trace.rounds), per_round
 
 
-def score_methods(engine: Engine, quality: Quality, labels, seed: int = 0) -> dict:
+def score_methods(engine: Engine, quality: Quality, labels, seed: int = 0, images: dict | None = None) -> dict:
     """Per label of ``labels`` (of ``harness.SPECS``): quality, time and forward passes over the
     quality's prompts (prompt i at seed ``seed + i``), and MuLo-SD's acceptance and re-opened share
-    (overall, per round, on flat and detailed tokens)."""
+    (overall, per round, on flat and detailed tokens); each label's images into ``images`` if given."""
     records = harness.run(engine, harness.runs_of(labels), quality.prompts, seed, extra=_mulo_rounds)
     results = {}
     for label, recs in records.items():
+        if images is not None:
+            images[label] = np.stack([r.image for r in recs])
         row = harness.aggregate(recs, quality=quality, keys=quality.keys)
         entry = {
             **rounded(row),
@@ -140,12 +143,42 @@ def _mulo_entry(row: dict, extras: list[tuple]) -> dict:
 def evaluate(engine: Engine, data, clip, out: Path, count: int = N_EVAL_PROMPTS, seed: int = 0) -> dict:
     prompts = eval_prompts(data, count)
     quality = reference(data, clip, prompts)
-    results = score_methods(engine, quality, CARD_METHODS, seed)
-    short = _short_prompt_adherence(engine, data, quality, seed)
-    results.update(ceilings(engine.family.vq, quality, real_images(data, quality.keys)))
-    grid_images, captions = [], []
     # smoke runs know only a few words: fall back to the evaluation prompts
     sample_prompts = SAMPLE_PROMPTS if count >= len(SAMPLE_PROMPTS) else [n for _, n in prompts[:2]]
+    metrics = evaluate_with(engine, quality, real_images(data, quality.keys), out, sample_prompts, seed)
+    metrics["short_prompts"] = _short_prompt_adherence(engine, data, quality, seed)
+    return metrics
+
+
+def evaluate_scenes(engine: Engine, quality, real: np.ndarray, out: Path, seed: int = 0, held_out=()) -> dict:
+    """The scenes family's evaluation (issue 63): ``quality`` a ``SceneQuality`` over the
+    evaluation prompts, ``real`` their real scenes; adherence is the referee's prompt match, also
+    given per method on the prompts with two or three objects and on those in ``held_out`` (the
+    held-out combinations)."""
+    prompts = [p for _, p in quality.prompts]
+    images: dict[str, np.ndarray] = {}
+    metrics = evaluate_with(engine, quality, real, out, prompts[: len(SAMPLE_PROMPTS)], seed, images)
+    groups = {
+        "multi_object": [i for i, p in enumerate(prompts) if len(parse_prompt(p).objects) >= 2],
+        "held_out": [i for i, p in enumerate(prompts) if p in set(held_out)],
+    }
+    for label, generated in images.items():
+        for name, index in groups.items():
+            if index:
+                keys = [quality.keys[i] for i in index]
+                metrics["methods"][label][f"adherence_{name}"] = round(quality.adherence(generated[index], keys), 4)
+    metrics["scenes"] = {f"{name}_prompts": len(index) for name, index in groups.items()}
+    metrics["scenes"]["real_match"] = round(quality.real_adherence(), 4)
+    return metrics
+
+
+def evaluate_with(engine: Engine, quality, real: np.ndarray, out: Path, sample_prompts, seed: int, images=None) -> dict:
+    """Every card method scored on ``quality``'s prompts, the ceilings of the ``real`` images and
+    of the VQ's reconstructions, the samples grids and the metrics' files into ``out``; each
+    method's images into ``images`` (label -> uint8 array) when given."""
+    results = score_methods(engine, quality, CARD_METHODS, seed, images)
+    results.update(ceilings(engine.family.vq, quality, real))
+    grid_images, captions = [], []
     for i, prompt in enumerate(sample_prompts):
         grid_images.append(engine.generate(prompt, "ar", seed + i).image)
         captions.append(prompt)
@@ -155,7 +188,7 @@ def evaluate(engine: Engine, data, clip, out: Path, count: int = N_EVAL_PROMPTS,
     samples_grid(grid_images, sample_prompts, scale=scale).save(out / "samples_mulo.png")
     quality.save(out)  # what the quality metrics need at inference, without the data set (benchmark, app)
     config = engine.make_config(None).to_dict()
-    return {"prompts": len(prompts), "seed": seed, "config": config, "methods": results, "short_prompts": short}
+    return {"prompts": len(quality.prompts), "seed": seed, "config": config, "methods": results}
 
 
 def _short_prompt_adherence(engine, data, quality: Quality, seed: int) -> dict:
@@ -191,5 +224,3 @@ def ceilings(vq, quality: Quality, images: np.ndarray) -> dict:
         "real images": {"fd": 0.0, "adherence": round(quality.adherence(x, quality.keys), 4), **untimed},
         "VQ reconstructions": {**rounded(quality.score(recon, quality.keys)), "psnr": psnr, **untimed},
     }
-
-

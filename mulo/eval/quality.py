@@ -85,13 +85,22 @@ class Quality:
         )
 
     @classmethod
-    def for_family(cls, family) -> Quality | None:
+    def for_family(cls, family):
         """The metrics of ``family`` from its ``evaluation`` inputs; None when it has none, or its
-        folder does not hold them (yet)."""
+        folder does not hold them (yet). A family with a referee (``Evaluation.referee``: emoji
+        scenes) is scored by it (``mulo.eval.scene_quality.SceneQuality``)."""
         evaluation = family.evaluation
         if evaluation is None or not (evaluation.folder / "eval_reference.npz").exists():
             return None
+        if evaluation.referee is not None:
+            from mulo.eval.scene_quality import SceneQuality
+
+            return SceneQuality.load(evaluation.encoder, evaluation.folder, evaluation.referee)
         return cls.load(evaluation.encoder, evaluation.folder)
+
+    def judge(self, image, prompt: str) -> None:
+        """No referee's verdict for this family: the mini-CLIP's retrieval (``prompt_rank``) scores it."""
+        return None
 
     @property
     def keys(self) -> list[str]:

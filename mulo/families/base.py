@@ -38,10 +38,13 @@ class Evaluation:
              real images' features and the retrieval texts) are read from; the metrics are off
              while they are missing (a family built before its training wrote them)
     encoder  the text-image model whose feature space the metrics use (twemoji: its mini-CLIP)
+    referee  the sprite file of the family's exact referee (``mulo.eval.referee``; emoji scenes),
+             which then judges prompt match; None: the encoder's retrieval does
     """
 
     folder: Path
     encoder: object
+    referee: Path | None = None
 
 
 class Family:

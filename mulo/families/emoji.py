@@ -5,6 +5,11 @@ same-grid draft model for SD (and LANTERN-chain), learned up-samplers for r=2 an
 a diffusers VQModel shared by every resolution and the mini-CLIP text encoder as conditioner.
 ``twemoji``: 32x32 target tokens (128 px); ``twemoji-64``: 16x16 (64 px), the first family.
 Weights are fp16 safetensors, loaded as float32; nothing is downloaded.
+
+A scenes family (issue 63; its folder holds ``scenes.json``, its language, and
+``referee_sprites.npz``, its referee) reads prompts through the scenes grammar (``mulo.scenes``):
+a prompt it cannot draw is an error naming the problem, and the models are conditioned on the
+prompt as the grammar writes it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from diffusers import VQModel
 from safetensors.torch import load_file
 
 from mulo import families
+from mulo import scenes as scene_language
 from mulo.families import ASSETS_ROOT, int8
 from mulo.families.base import Evaluation, Family
 from mulo.models.eagle import EagleHead
@@ -87,6 +93,30 @@ class PromptConditioner:
         return notes
 
 
+class ScenePromptConditioner(PromptConditioner):
+    """A scenes family's prompts: read by its grammar (``mulo.scenes.parse_prompt`` with its
+    vocabulary, palette and object count: unknown emoji with the nearest names, too many objects,
+    an unknown colour are errors), then conditioned as the grammar writes them ("A red apple &
+    rocket on BLUE" -> "red apple and rocket on blue", the text the models were trained on)."""
+
+    def __init__(self, clip: MiniCLIP, language: dict):
+        super().__init__(clip)
+        self.names, self.palette = tuple(language["names"]), dict(language["palette"])
+        self.max_objects = int(language["max_objects"])
+
+    def canonical(self, prompt: str) -> str:
+        return scene_language.parse_prompt(prompt, self.max_objects, self.names, self.palette).text()
+
+    def check(self, prompt: str) -> None:
+        self.clip.check_prompt(self.canonical(prompt))
+
+    def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
+        return self.clip.condition(self.canonical(prompt))[0]
+
+    def ignored(self, prompt: str) -> list[str]:
+        return super().ignored(self.canonical(prompt))
+
+
 def load(name: str, device: str = "cpu") -> Family:
     """The registry's entry point (``mulo.families``): the shipped family ``name`` on ``device``."""
     return build(name).to(device)
@@ -117,6 +147,11 @@ def build(name: str, folder: str | Path | None = None) -> Family:
     defaults = json.loads((folder / "defaults.json").read_text()) if (folder / "defaults.json").exists() else {}
     aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
     styles = json.loads((folder / "styles.json").read_text()) if (folder / "styles.json").exists() else []
+    language = json.loads((folder / "scenes.json").read_text()) if (folder / "scenes.json").exists() else None
+    if language is not None:
+        conditioner, referee = ScenePromptConditioner(clip.eval(), language), folder / "referee_sprites.npz"
+    else:
+        conditioner, referee = PromptConditioner(clip.eval(), aliases), None
     target = _gpt(folder, "target")
     head = None
     if (folder / "eagle_head.safetensors").exists():  # EAGLE-2's head, trained on this target
@@ -127,13 +162,13 @@ def build(name: str, folder: str | Path | None = None) -> Family:
         target,
         {2: _gpt(folder, "drafter_r2"), 4: _gpt(folder, "drafter_r4")},
         vq,
-        PromptConditioner(clip.eval(), aliases),
+        conditioner,
         draft_model=_gpt(folder, "draft_model"),
         upsamplers=upsamplers,
         defaults=defaults,
-        evaluation=Evaluation(folder, clip),  # the metrics' files live beside the weights
+        evaluation=Evaluation(folder, clip, referee),  # the metrics' files live beside the weights
         eagle_head=head,
         no_eagle_head=f"{folder} has no eagle_head.safetensors (train one: python -m mulo train {name} "
         f"--adopt {folder} --stages data,clip,vq,tokens,target,eagle,export)",
-        styles=tuple(s["word"] for s in styles),
+        styles=tuple(language["styles"]) if language else tuple(s["word"] for s in styles),
     )

@@ -4,10 +4,12 @@ One recipe per family (``recipes.RECIPES``; docs/training.md). ``Pipeline`` runs
 order, each resumable and skipped once its output exists in the run folder; each stage lives in
 its own module of ``mulo/train/stages/``:
   data       npm package(s) -> images (at the three sizes) + texts (train / val split)   here
+             (scenes: a few thousand composed scenes + the held-out-combination scenes)
   clip       mini-CLIP (text transformer + image CNN on 64 px), contrastive          stages/clip.py
   vq         diffusers VQModel, 4x downsampling, one codebook for the three sizes;    stages/vq.py
              with several candidate codebook sizes, each is trained and the oracle MuLo-SD picks one
   tokens     every image encoded at the three sizes; text conditions precomputed      stages/tokens.py
+             (scenes: also the fresh training scenes, in chunks)               stages/scene_tokens.py
   target, drafter_r2, drafter_r4, draft_model   AR models on the target grid, /2, /4,  stages/ar.py
              target grid (small)
   upsampler_r2, upsampler_r4   learned token up-samplers                              stages/upsampler.py
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from diffusers import VQModel
 
 from mulo.engine import Engine
 from mulo.models.text import MiniCLIP
+from mulo.scenes import parse_prompt
 from mulo.train import data as data_mod
 from mulo.train import styles
 from mulo.train.loop import CLIP_NORM, WARMUP, WEIGHT_DECAY, hardware
@@ -44,6 +48,7 @@ from mulo.train.recipes import (
     build_vq,
     vq_config,
 )
+from mulo.train.stages import scene_tokens
 from mulo.train.stages import vq as vq_stage
 from mulo.train.stages.ar import stage_ar
 from mulo.train.stages.clip import stage_clip
@@ -62,13 +67,14 @@ class Pipeline:
     def __init__(self, run_dir, assets, recipe: Recipe, budget: Budget, device: str = "cpu", seed: int = 0, cache=None):
         self.run, self.assets, self.recipe, self.budget = Path(run_dir), Path(assets), recipe, budget
         self.device = device
-        default_cache = "styles" if recipe.styles else "twemoji"
+        default_cache = "styles" if recipe.styles or recipe.scenes else "twemoji"
         self.cache = Path(cache) if cache else Path.home() / ".cache" / "mulo" / default_cache
         self.run.mkdir(parents=True, exist_ok=True)
         self.seed = seed
         self.report_path = self.run / "report.json"
         self.report = json.loads(self.report_path.read_text()) if self.report_path.exists() else {}
         self._data = None
+        self._stream = None
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def record(self, stage: str, **values) -> None:
@@ -84,8 +90,22 @@ class Pipeline:
         return int(self.report["vq"]["codes"]) if "codes" in self.report.get("vq", {}) else self.recipe.vq_codes[0]
 
     @property
+    def scene_stream(self):
+        """The scenes family's stream (``mulo.train.scenes.SceneStream``), its sprites from the cache."""
+        if self._stream is None:
+            from mulo.train import scenes
+
+            config = self.recipe.scenes
+            sheet = scenes.sprites(self.cache, config.object_px, config.canvas)
+            self._stream = scenes.SceneStream(config, sheet, seed=self.seed)
+        return self._stream
+
+    @property
     def data(self) -> data_mod.EmojiData:
         if self._data is None:
+            if self.recipe.scenes:  # what the clip and VQ stages train on; the AR stages draw fresh scenes
+                self._data = self.scene_stream.data(self.budget.images, self.budget.held_out_scenes)
+                return self._data
             if self.recipe.styles:  # limited to a smoke budget's images before anything is rendered
                 self._data = styles.load(self.cache, self.recipe.sizes, self.recipe.styles, self.budget.images)
                 return self._data
@@ -123,6 +143,13 @@ class Pipeline:
                 held_out_pairs=int((split == styles.HELD_PAIR).sum()),
                 held_out_emoji_images=int((split == styles.HELD_EMOJI).sum()),
                 augment_copies=self.budget.augment_copies,
+            )
+        if self.recipe.scenes:
+            stream = self.scene_stream
+            counts = dict(
+                held_out_combinations=len(stream.held_out_combinations),
+                objects_per_scene=dict(sorted(Counter(str(len(parse_prompt(n).objects)) for n in d.names).items())),
+                fresh_training_scenes=scene_tokens.planned(self.budget),
             )
         self.record("data", images=len(d.names), val=int(d.is_val.sum()), **counts)
 
@@ -191,9 +218,28 @@ class Pipeline:
         # whole smoke evaluation); a real family's 120-prompt evaluation is
         compile = "off" if self.budget == self.recipe.smoke else "auto"
         engine = Engine(family_mod.build(self.recipe.family, self.assets).to(self.device), compile=compile)
-        metrics = family_eval.evaluate(engine, self.data, self.load_clip(), self.assets, self.budget.eval_prompts)
+        if self.recipe.scenes:
+            metrics = self.evaluate_scenes(engine)
+        else:
+            metrics = family_eval.evaluate(engine, self.data, self.load_clip(), self.assets, self.budget.eval_prompts)
         (self.assets / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.write_card(metrics)
+
+    def evaluate_scenes(self, engine: Engine) -> dict:
+        """The card's evaluation of a scenes family: its fixed evaluation scenes (``evaluation_scenes``)
+        judged by the referee the export shipped, FD against their renders."""
+        from mulo.eval import family_eval
+        from mulo.eval.referee import Sprites
+        from mulo.eval.scene_quality import SceneQuality
+        from mulo.train import scenes
+
+        shown = scenes.evaluation_scenes(self.recipe.scenes, self.scene_stream.sheet, self.budget.eval_prompts)
+        real = np.stack([self.scene_stream.render(s)[self.recipe.px] for s in shown])
+        prompts = [(s.prompt, s.prompt) for s in shown]
+        sprites = Sprites.load(self.assets / "referee_sprites.npz")
+        quality = SceneQuality.from_images(self.load_clip(), sprites, prompts, real)
+        held_out = [s.prompt for s in shown if s.split == scenes.HELD_OUT]
+        return family_eval.evaluate_scenes(engine, quality, real, self.assets, held_out=held_out)
 
     def write_card(self, metrics: dict) -> None:
         """MODEL_CARD.md from the report and ``metrics`` (rewritable without re-evaluating)."""
@@ -216,6 +262,7 @@ class Pipeline:
             patch=self.recipe.patch,
             svg=self.recipe.svg,
             styles=self.recipe.styles,
+            scenes=asdict(self.recipe.scenes) if self.recipe.scenes else None,
             int8_models=self.recipe.int8_models,
             history=card_text.history(self.recipe.family),
             study_rule=card_text.study_rule(self.recipe.px),

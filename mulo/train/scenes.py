@@ -312,6 +312,11 @@ class SceneStream:
         )
 
 
+def language_words(config: SceneConfig) -> list[str]:
+    """Every word a prompt of ``config``'s scenes may use (the mini-CLIP's vocabulary)."""
+    return [*config.names, *config.backgrounds, *config.styles, "and", "on", "in", "style"]
+
+
 def describe(scene: Scene) -> tuple[str, str, list[str]]:
     """(prompt, description, short prompts) of a scene: the prompt as the grammar writes it; the
     description adds every object's style ("red apple noto, rocket twemoji on blue"); the short
@@ -319,3 +324,24 @@ def describe(scene: Scene) -> tuple[str, str, list[str]]:
     names = [o.name for o in scene.objects]
     described = format_prompt([f"{o.name} {o.style}" for o in scene.objects], scene.background)
     return scene.prompt, described, [format_prompt(names)]
+
+
+EVAL_SEED = 7  # the evaluation scenes' stream: a seed no training run uses by default (0)
+
+
+def evaluation_scenes(config: SceneConfig, sheet: Sprites, count: int = 120, seed: int = EVAL_SEED) -> list[Scene]:
+    """The family's fixed evaluation scenes (their prompts are the card's and the bench's): a sixth
+    (at least one) held-out-combination scenes, the rest from the training split, each prompt once,
+    the training ones first. Their renders are the real images FD compares with."""
+    stream = SceneStream(config, sheet, seed=seed)
+    held = max(1, count // 6) if config.max_objects >= 2 else 0
+    picked, seen = [], set()
+    for split, wanted in ((TRAIN, count - held), (HELD_OUT, held)):
+        index, start = 0, len(picked)
+        while len(picked) - start < wanted:
+            scene = stream.scene(index, split)
+            index += 1
+            if scene.prompt not in seen:
+                seen.add(scene.prompt)
+                picked.append(scene)
+    return picked

@@ -1,5 +1,6 @@
 """Quality and cost beside each column's speed: how well the image matches the prompt (the family's
-mini-CLIP, with the real images' score as the reference), how many tokens differ from AR's image
+referee's verdict where it has one, emoji scenes: which emoji were found and which are missing;
+else its mini-CLIP, with the real images' score as the reference), how many tokens differ from AR's image
 for the same seed, and a cost speed-up that prices every pass by a table of timed pass costs kept
 for the life of the engine, so identical work shows the same number however busy the CPU was.
 
@@ -34,9 +35,13 @@ class ColumnScore:
     differs_from_ar: float | None = None  # share of tokens that differ from AR's (same seed)
     cost_speedup: float | None = None  # AR's passes / this run's, each priced by model and width
     warning: str | None = None  # a plain sentence when the image matches the prompt clearly worse than AR's
+    verdict: str | None = None  # the family's referee, in one sentence (what it found, what is missing)
+    match: bool | None = None  # the referee's prompt match
 
     @property
     def adherent(self) -> bool | None:
+        if self.match is not None:
+            return self.match
         return None if self.rank is None else self.rank <= ADHERENT_RANK
 
 
@@ -66,8 +71,13 @@ def cost_table(engine) -> CostTable:
 def score_columns(engine, prompt: str, runs: dict[str, tuple]) -> dict[str, ColumnScore]:
     """``runs``: {label: (trace, image, pass_widths, method knobs)}, AR's under "AR"; a score per label."""
     quality = quality_of(engine)
-    keys = quality.keys_for(prompt) if quality is not None else set()
     scores = {label: ColumnScore() for label in runs}
+    judged = False
+    for label, (_, image, _, _) in runs.items():  # a referee's verdict, where the family has one
+        verdict = quality.judge(image, prompt) if quality is not None else None
+        if verdict is not None:
+            scores[label].match, scores[label].verdict, judged = verdict.match, verdict.sentence(), True
+    keys = quality.keys_for(prompt) if quality is not None and not judged else set()
     if keys:
         for label, (_, image, _, _) in runs.items():
             scores[label].rank, scores[label].texts = quality.prompt_rank(image, keys), len(quality.text_keys)
@@ -89,7 +99,9 @@ def score_columns(engine, prompt: str, runs: dict[str, tuple]) -> dict[str, Colu
         score.differs_from_ar = float(np.mean(np.asarray(trace.tokens) != np.asarray(ar[0].tokens)))
         cost = costs.request(widths, drafters[label])
         score.cost_speedup = ar_cost / cost if cost > 0 else None  # a method with no passes has no price
-        if label != "AR" and ar_score.adherent and score.adherent is False:
+        if label != "AR" and ar_score.adherent and score.adherent is False and score.verdict is not None:
+            score.warning = f"this image matches the prompt worse than AR's for the same seed ({score.verdict})"
+        elif label != "AR" and ar_score.adherent and score.adherent is False:
             score.warning = (
                 f"this image matches the prompt clearly worse than AR's for the same seed "
                 f"(the prompt ranks {score.rank:,} among the scorer's texts here, {ar_score.rank} for AR's)"

@@ -97,7 +97,11 @@ def stats_markdown(trace: Trace, baseline: Trace | None, score=None, reference: 
 
 def quality_line(score, reference: float | None, is_base: bool) -> str:
     """Prompt match (the family's mini-CLIP) and the share of tokens that differ from AR's."""
-    if score.rank is None:
+    if score.verdict is not None:  # the family's referee: what it found and what is missing
+        ref = f" (real scenes: {reference:.0%} match)" if reference is not None else ""
+        match = f"referee: {score.verdict}{ref}".replace("referee: matches", "referee: **matches**", 1)
+        match = match.replace("referee: does not match", "referee: does **not** match", 1)
+    elif score.rank is None:
         match = "prompt match: not scored (the prompt names no emoji the family's scorer knows)"
     else:
         verdict = "matches the prompt" if score.adherent else "does **not** match the prompt"

@@ -84,7 +84,7 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
         # One generator per step, so a stage resumed in a later session draws what an
         # uninterrupted run would have.
         rng = np.random.default_rng([pipe.seed, sum(map(ord, stage)), step])
-        x, cond = ar_batch(pipe, data, rng, budget.ar_batch)
+        x, cond = ar_batch(pipe, data, rng, budget.ar_batch, step)
         inputs = x[:, :-1]
         noisy = budget.input_noise > 0 and step >= budget.input_noise_from * steps
         if noisy:  # noisy teacher forcing: predict the clean token anyway
@@ -141,7 +141,13 @@ def ar_data(pipe, side: int) -> SimpleNamespace:
     weights = 1.0 / group[2][group[1]]
     names = ("cond_name", "cond_text", "cond_short", "cond_name_style")
     conds = {k: torch.from_numpy(z[k].astype(np.float32)) for k in names if k in z.files}
+    fresh = None
+    if pipe.recipe.scenes:  # training batches: fresh scenes, conditioned by the mini-CLIP as they come
+        from mulo.train.stages.scene_tokens import SceneTokens
+
+        fresh = SimpleNamespace(scenes=SceneTokens(pipe), clip=pipe.load_clip(), px=side * pipe.recipe.patch)
     return SimpleNamespace(
+        fresh=fresh,
         tokens=torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(source), -1),
         **conds,
         short_ids=z["short_ids"],
@@ -154,10 +160,13 @@ def ar_data(pipe, side: int) -> SimpleNamespace:
     )
 
 
-def ar_batch(pipe, data: SimpleNamespace, rng: np.random.Generator, batch: int):
+def ar_batch(pipe, data: SimpleNamespace, rng: np.random.Generator, batch: int, step: int = 0):
     """A training batch: token sequences ``[B, L]`` and their conditions ``[B, T, C]``, each
     text drawn from the recipe's mix (name / name with its style word / short prompt /
-    description) and dropped to the null condition at the CFG rate."""
+    description) and dropped to the null condition at the CFG rate. Scenes: step ``step``'s
+    fresh scenes (``scene_tokens``)."""
+    if getattr(data, "fresh", None) is not None:
+        return fresh_batch(pipe, data.fresh, rng, batch, step)
 
     def text_condition(i: int, kind: str) -> torch.Tensor:
         n_short = data.short_ptr[i + 1] - data.short_ptr[i]
@@ -176,6 +185,24 @@ def ar_batch(pipe, data: SimpleNamespace, rng: np.random.Generator, batch: int):
     drop = torch.from_numpy(rng.random(len(rows)) < CFG_DROPOUT)[:, None, None]
     cond = cond.masked_fill(drop, 0.0)  # the null condition is all-zero features
     return data.tokens[rows].to(pipe.device), cond.to(pipe.device)
+
+
+@torch.no_grad()
+def fresh_batch(pipe, fresh: SimpleNamespace, rng: np.random.Generator, batch: int, step: int):
+    """Training scenes [step * batch, (step + 1) * batch): their tokens at the model's size, each
+    conditioned on its prompt, its prompt without background ("short") or its description, by the
+    budget's mix, dropped to the null condition at the CFG rate."""
+    rows = fresh.scenes.rows(step * batch, batch)
+    mix = pipe.budget.ar_text_mix
+    kinds = rng.choice(list(mix), size=batch, p=list(mix.values()))
+    column = {"name": "name", "name_style": "name", "short": "short", "description": "description"}
+    texts = [str(rows[column[kind]][i]) for i, kind in enumerate(kinds)]
+    clip = fresh.clip
+    cond = clip.condition_features(clip.tokenizer.batch(texts).to(pipe.device))
+    drop = torch.from_numpy(rng.random(batch) < CFG_DROPOUT)[:, None, None].to(cond.device)
+    cond = cond.masked_fill(drop, 0.0)
+    tokens = torch.from_numpy(rows[f"tokens{fresh.px}"].astype(np.int64)).reshape(batch, -1)
+    return tokens.to(pipe.device), cond.float()
 
 
 def held_out(pipe, data: SimpleNamespace) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ from mulo.train.stages.card_text import (
     fmt,
     intended_use,
     metric_rows,
+    metrics_text,
     parallel_decoding,
     per_round_rows,
     short_prompt_line,
@@ -56,6 +57,7 @@ def write_model_card(
         "prompts": metrics["prompts"],
         "config_json": json.dumps(metrics["config"]),
         "metric_rows": metric_rows(metrics["methods"]),
+        "metrics_text": metrics_text(metrics, report, geometry),
         "short_line": short_prompt_line(metrics.get("short_prompts") or {}),
         "per_round": per_round_rows(metrics["methods"]),
         "history": history_section(report, geometry),
@@ -126,9 +128,32 @@ def data_fields(report: dict, geometry: dict) -> dict:
     sizes_text = ", ".join(str(px // f) for f in (1, 2, 4))
     data_text = (SVG_DATA if geometry["svg"] else PNG_DATA).format(images=n_images, sizes=sizes_text)
     licence_text = TWEMOJI_LICENCE
+    if geometry.get("scenes"):
+        return scenes_data_fields(report, geometry, sizes_text)
     if geometry.get("styles"):
         data_text, licence_text = styled_data_text(geometry["styles"], report.get("data", {}), sizes_text)
     return {"data_text": data_text, "licence_text": licence_text, "images": f"{n_images:,}"}
+
+
+def scenes_data_fields(report: dict, geometry: dict, sizes_text: str) -> dict:
+    """The data and licence paragraphs of a scenes family: the composed scenes and the five styles
+    their sprites are drawn from."""
+    scenes, data = geometry["scenes"], report.get("data", {})
+    styled, licence = styled_data_text(scenes["styles"], {}, sizes_text)
+    table = styled[styled.index("| word |") :]
+    text = (
+        f"Scenes composed on the fly (`mulo/train/scenes.py`): a {geometry['px']} px canvas of one of "
+        f"{len(scenes['backgrounds'])} background colours with {scenes['min_objects']} to {scenes['max_objects']} "
+        f"different emoji of {scenes['object_px']} px from a vocabulary of {scenes['vocabulary']} "
+        f"(`mulo/scenes.py`), each in any of the styles below, placed without overlap "
+        f"({scenes['placement']} placement), rendered by resvg at 4x and reduced; the prompt names them and "
+        f'the background ("red apple and rocket on blue"). The clip and VQ stages hold {data.get("images", 0):,} '
+        f"training scenes; the AR, up-sampler and EAGLE stages read fresh ones, "
+        f"{data.get('fresh_training_scenes', 0):,} at the budget, each once; "
+        f"{data.get('held_out_combinations', 0):,} (emoji pair, background) combinations never train "
+        f"(the validation split, {data.get('val', 0):,} scenes).\n\n" + table
+    )
+    return {"data_text": text, "licence_text": licence, "images": f"{data.get('images', 0):,}"}
 
 
 def history_section(report: dict, geometry: dict) -> str:

@@ -4,6 +4,7 @@ data and licence paragraphs, the VQ study's tables and each family's fixed Histo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -240,6 +241,33 @@ def metric_rows(methods: dict) -> str:
         f"{fmt(e.get('acceptance_rate'))} | {fmt(e.get('acceptance_flat'))} | {fmt(e.get('acceptance_detail'))} | "
         f"{fmt(e.get('reopened_fraction'))} | {fmt(e['seconds_per_image'])} |"
         for label, e in methods.items()
+    )
+
+
+def metrics_text(metrics: dict, report: dict, geometry: dict) -> str:
+    """What the card's prompts, FD and adherence are: the emoji families' retrieval, or the scenes
+    family's referee."""
+    if geometry.get("scenes"):
+        counts = metrics.get("scenes", {})
+        return (
+            f"Over {metrics['prompts']} fixed scene prompts (`eval_prompts.json`: "
+            f"{counts.get('multi_object_prompts', 0)} with two or three emoji, {counts.get('held_out_prompts', 0)} "
+            f"held-out combinations; seed i for prompt i), with the family's default settings "
+            f"(`{json.dumps(metrics['config'])}`). FD: Frechet distance between mini-CLIP image features of the "
+            "generated images and of the real scenes of the same prompts (lower is better). Adherence: the exact "
+            "referee's prompt match (`mulo/eval/referee.py`: every named emoji present once, nothing else, the "
+            f"named background; the real scenes score {fmt(counts.get('real_match'))}), also per method on the "
+            "multi-object and the held-out prompts (`adherence_multi_object`, `adherence_held_out` in "
+            "`metrics.json`)."
+        )
+    images = f"{report.get('data', {}).get('images', 0):,}"
+    return (
+        f"Over {metrics['prompts']} fixed prompts (`eval_prompts.json`: one per base emoji, flags and keycaps\n"
+        f"excluded; seed i for prompt i), with the family's default settings (`{json.dumps(metrics['config'])}`).\n"
+        "FD: Frechet distance between mini-CLIP image features of the generated images and of the real\n"
+        "images of the same emoji (lower is better). Adherence: fraction of generated images whose top-5\n"
+        f"retrieved texts (among the distinct names of all {images} images: a name drawn in several styles\n"
+        "is one text) include the prompted emoji."
     )
 
 

@@ -17,7 +17,12 @@ from mulo.train.recipes import COND_LEN, NAME_TEXT_PROB
 def stage_clip(pipe) -> None:
     d, hyper = pipe.data, pipe.recipe.hyper
     torch.manual_seed(pipe.seed)
-    clip = MiniCLIP(WordTokenizer.build(d.texts, COND_LEN).vocab, max_len=COND_LEN).to(pipe.device)
+    texts = d.texts
+    if pipe.recipe.scenes:  # every word the grammar writes, whether or not the held scenes use it
+        from mulo.train.scenes import language_words
+
+        texts = [*texts, *language_words(pipe.recipe.scenes)]
+    clip = MiniCLIP(WordTokenizer.build(texts, COND_LEN).vocab, max_len=COND_LEN).to(pipe.device)
     train_idx = np.flatnonzero(~d.is_val)
     images = pipe.images_at(IMAGE_PX)  # the 64 px renders, not a resize of 128
     keys = np.array(d.keys)

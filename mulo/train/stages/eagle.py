@@ -66,7 +66,7 @@ def train_eagle_head(pipe) -> None:
 
     def loss_fn(step):
         rng = np.random.default_rng([pipe.seed, sum(map(ord, "eagle")), step])
-        x, cond = ar_batch(pipe, data, rng, b.eagle_batch)
+        x, cond = ar_batch(pipe, data, rng, b.eagle_batch, step)
         regression, classification, *_ = head_loss(x, cond, b.eagle_noise, rng)
         return regression + b.eagle_cls_weight * classification
 

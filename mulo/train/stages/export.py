@@ -52,6 +52,28 @@ def export(pipe) -> None:
 
         listed = [{"word": s.word, "title": s.title, "licence": s.licence} for s in styles.chosen(pipe.recipe.styles)]
         (pipe.assets / "styles.json").write_text(json.dumps(listed, indent=1))
+    if pipe.recipe.scenes:  # the family's language (its prompt check) and its referee's sprites
+        export_scenes(pipe)
+
+
+def export_scenes(pipe) -> None:
+    """``scenes.json`` (the vocabulary, palette, object count and styles the family draws, which
+    its loader checks prompts against) and ``referee_sprites.npz`` (``mulo.eval.referee``)."""
+    from mulo.scenes import PALETTE
+    from mulo.train import scenes
+
+    config = pipe.recipe.scenes
+    language = {
+        "names": list(config.names),
+        "palette": {colour: PALETTE[colour] for colour in config.backgrounds},
+        "max_objects": config.max_objects,
+        "styles": list(config.styles),
+        "object_px": config.object_px,
+        "canvas": config.canvas,
+        "placement": config.placement,
+    }
+    (pipe.assets / "scenes.json").write_text(json.dumps(language, indent=1))
+    scenes.write_sprite_file(pipe.assets / "referee_sprites.npz", pipe.cache, config)
 
 
 def adopt_assets(pipe, folder: Path) -> None:

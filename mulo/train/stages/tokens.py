@@ -35,6 +35,10 @@ def stage_tokens(pipe) -> None:
         copies = augmented_tokens(pipe, tok)
         source = np.concatenate([source, copies.pop("source")])
         grids = {k: np.concatenate([grids[k], copies[k]]) for k in grids}
+    if pipe.recipe.scenes:  # the fresh training scenes the later stages read, before tokens.npz marks the stage done
+        from mulo.train.stages.scene_tokens import SceneTokens, planned
+
+        SceneTokens(pipe, tok).ensure(planned(pipe.budget))
     np.savez(
         pipe.run / "tokens.npz",
         **grids,

@@ -24,7 +24,19 @@ def stage_upsampler(pipe, r: int) -> None:
     train_idx = np.flatnonzero(~is_val[source])  # augmented copies train too
     rng = pipe.rng(f"upsampler_r{r}")
 
+    fresh = None
+    if pipe.recipe.scenes:  # fresh scenes each step (``scene_tokens``), not the data stage's few
+        from mulo.train.stages.scene_tokens import SceneTokens
+
+        fresh, side = SceneTokens(pipe), px // pipe.recipe.patch
+
     def loss_fn(step):
+        if fresh is not None:
+            b = pipe.budget.upsampler_batch
+            rows = fresh.rows(step * b, b)
+            pair = [torch.from_numpy(rows[f"tokens{size}"].astype(np.int64)) for size in (px // r, px)]
+            low_batch, high_batch = pair[0].reshape(b, side // r, side // r), pair[1].reshape(b, side, side)
+            return F.cross_entropy(up(low_batch.to(pipe.device)), high_batch.to(pipe.device))
         idx = rng.choice(train_idx, size=min(pipe.budget.upsampler_batch, len(train_idx)), replace=False)
         return F.cross_entropy(up(low[idx].to(pipe.device)), high[idx].to(pipe.device))
 

@@ -29,6 +29,8 @@ def stage_vq(pipe) -> None:
         vq, stats = train_vq(pipe, codes, name)
         torch.save(vq.state_dict(), pipe.run / f"{name}.pt")
         quality = vq_quality(pipe, vq)
+        if pipe.recipe.scenes:  # the referee must still read the scenes through this VQ (>= 98 %)
+            quality["val_referee_match"] = referee_match(pipe, vq)
         if len(candidates) > 1:
             quality["oracle"] = oracle(pipe, vq)
         study[str(codes)] = {**stats, **quality}
@@ -135,6 +137,26 @@ def vq_quality(pipe, vq) -> dict:
         out[f"val_draft_agreement_r{r}"] = round(shares["from_tokens"], 4)
         out[f"val_resize_agreement_r{r}"] = round(shares["from_pixels"], 4)
     return out
+
+
+@torch.no_grad()
+def referee_match(pipe, vq) -> float:
+    """Share of the held-out scenes whose reconstruction by ``vq`` at the target's size the
+    family's referee (``mulo.eval.referee``) finds to match their prompts: what an AR model of
+    this tokenizer can reach at best (the real scenes score 1)."""
+    from mulo.eval.referee import Referee
+    from mulo.models.vq import VQTokenizer
+
+    tok, d = VQTokenizer(vq.eval()), pipe.data
+    referee = Referee(pipe.scene_stream.sheet.subset(pipe.recipe.scenes.names))
+    val = np.flatnonzero(d.is_val)
+    matched = 0
+    for i in range(0, len(val), QUALITY_CHUNK):
+        chunk = val[i : i + QUALITY_CHUNK]
+        x = pipe.images_at(pipe.recipe.px, chunk).to(pipe.device)
+        recon = (tok.decode(tok.encode(x)).clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+        matched += sum(referee.prompt_match(image, d.names[j]).match for image, j in zip(recon, chunk, strict=True))
+    return round(matched / len(val), 4)
 
 
 def oracle(pipe, vq) -> list[dict]:

@@ -1,0 +1,222 @@
+"""The emoji scenes family in the training pipeline (issue 63): fresh training scenes by index,
+never a held-out combination; the fixed evaluation prompts; the referee as the family's judge
+(the quality hook the bench, the card and the app use); bad prompts as clear errors through the
+engine; and (slow) a smoke run of every stage whose family runs every method."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mulo import scenes as lang
+from mulo.eval.referee import Sprites
+from mulo.train import recipes
+from mulo.train import scenes as train_scenes
+
+SPRITES = Path(__file__).parent / "data" / "scenes" / "sprites-32.npz"
+
+
+@pytest.fixture
+def cache(tmp_path):
+    """A data cache holding the vocabulary's sprites (what the pipeline renders scenes with)."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    shutil.copy(SPRITES, folder / "scene-sprites-32-128.npz")
+    return folder
+
+
+def language() -> dict:
+    config = recipes.RECIPES["scenes"].scenes
+    return {
+        "names": list(config.names),
+        "palette": lang.PALETTE,
+        "max_objects": config.max_objects,
+        "styles": list(config.styles),
+    }
+
+
+def test_fresh_training_scenes_never_repeat_and_never_hold_out(tmp_path, cache):
+    from mulo.train import pipeline
+    from mulo.train.stages.scene_tokens import SceneTokens, planned
+
+    recipe = recipes.RECIPES["scenes"]
+    pipe = pipeline.Pipeline(tmp_path / "run", tmp_path / "assets", recipe, recipe.smoke, cache=cache)
+    torch.manual_seed(0)
+    torch.save(recipes.build_vq(32).state_dict(), pipe.run / "vq.pt")  # any VQ encodes
+    store = SceneTokens(pipe)
+    pool = planned(pipe.budget)  # what the budget's stages read: the tokens stage encodes this many
+    assert pool == 12 and pipe.budget.scene_chunk == 8
+    store.ensure(pool)
+    assert sorted(p.name for p in (pipe.run / "scenes").iterdir()) == ["chunk-8-00000.npz", "chunk-8-00001.npz"]
+    first, second = store.rows(0, pool), store.rows(pool, pool)  # a second pass reads further: encoded on demand
+    assert len(list((pipe.run / "scenes").iterdir())) == 3
+    prompts = [*first["name"].tolist(), *second["name"].tolist()]
+    stream = pipe.scene_stream
+    assert prompts == [stream.scene(i).prompt for i in range(2 * pool)]  # scene i of the training split
+    assert first["name"].tolist() != second["name"].tolist()  # no two passes alike
+    assert not np.array_equal(first["tokens128"], second["tokens128"])
+    assert first["tokens128"].shape == (pool, 32, 32) and first["tokens32"].shape == (pool, 8, 8)
+    # a batch that spans two chunks reads the same scenes as the chunks themselves
+    assert np.array_equal(store.rows(5, 6)["tokens64"], first["tokens64"][5:11])
+    for prompt in prompts:  # never a held-out combination in training
+        parsed = lang.parse_prompt(prompt)
+        assert not lang.held_out_pairs(parsed.objects, parsed.background)
+    # the clip and VQ stages' scenes: training and held-out combinations apart
+    d = pipe.data
+    assert int(d.is_val.sum()) == pipe.budget.held_out_scenes and len(d.names) == 24 + 8
+    for prompt, held in zip(d.names, d.is_val, strict=True):
+        parsed = lang.parse_prompt(prompt)
+        assert bool(lang.held_out_pairs(parsed.objects, parsed.background)) == bool(held)
+
+
+def test_the_evaluation_prompts_are_fixed_and_cover_what_the_issue_asks():
+    config, sheet = train_scenes.SceneConfig(), Sprites.load(SPRITES)
+    shown = train_scenes.evaluation_scenes(config, sheet, 120)
+    prompts = [s.prompt for s in shown]
+    assert len(set(prompts)) == 120
+    assert prompts == [s.prompt for s in train_scenes.evaluation_scenes(config, sheet, 120)]  # seed-fixed
+    objects = [len(lang.parse_prompt(p).objects) for p in prompts]
+    assert sum(n >= 2 for n in objects) >= 40 and set(objects) == {1, 2, 3}
+    held = [s for s in shown if lang.held_out_pairs([o.name for o in s.objects], s.background)]
+    assert len(held) >= 20 and all(s.split == train_scenes.HELD_OUT for s in held)
+
+
+def test_the_referee_judges_through_the_family_s_quality_hook(tmp_path):
+    """The family declares its referee (``Evaluation.referee``); ``Quality.for_family`` gives the
+    scorer the bench, card and app use: prompt match by the referee, its verdict per image."""
+    from types import SimpleNamespace
+
+    from mulo.eval.quality import Quality
+    from mulo.eval.scene_quality import SceneQuality
+    from mulo.families.base import Evaluation
+    from mulo.models.text import MiniCLIP, WordTokenizer
+    from mulo.ui import text
+    from mulo.ui.scoring import ColumnScore
+
+    sheet = Sprites.load(SPRITES)
+    stream = train_scenes.SceneStream(train_scenes.SceneConfig(), sheet)
+    shown = [stream.scene(i) for i in range(6)]
+    real = np.stack([stream.render(s)[128] for s in shown])
+    clip = MiniCLIP(WordTokenizer.build(train_scenes.language_words(stream.config), 16).vocab, max_len=16).eval()
+    prompts = [(s.prompt, s.prompt) for s in shown]
+    SceneQuality.from_images(clip, sheet, prompts, real).save(tmp_path)
+    shutil.copy(SPRITES, tmp_path / "referee_sprites.npz")
+    family = SimpleNamespace(evaluation=Evaluation(tmp_path, clip, tmp_path / "referee_sprites.npz"))
+    quality = Quality.for_family(family)
+    assert isinstance(quality, SceneQuality) and quality.keys == [s.prompt for s in shown]
+    assert quality.real_adherence() == 1.0  # the referee names every real scene
+    assert quality.score(real, quality.keys)["adherence"] == 1.0
+    blank = np.empty_like(real)
+    blank[:] = lang.PALETTE[shown[0].background]
+    scores = quality.score(blank, quality.keys)
+    assert scores["adherence"] == 0.0 and scores["fd"] > 0
+    names = [o.name for o in shown[0].objects]
+    absent = next(n for n in lang.NAMES if n not in names)
+    verdict = quality.judge(real[0], lang.format_prompt([*names[:1], absent], shown[0].background))
+    assert not verdict.match and verdict.missing == [absent]
+    # the app's quality line says what was found and what is missing
+    line = text.quality_line(ColumnScore(verdict=verdict.sentence(), match=verdict.match), 1.0, True)
+    assert "does **not** match" in line and f"missing {absent}" in line and f"found {names[0]}" in line
+    assert "100% match" in line
+    ok = quality.judge(real[0], shown[0].prompt)
+    assert "**matches**" in text.quality_line(ColumnScore(verdict=ok.sentence(), match=ok.match), None, True)
+    # the other families keep their mini-CLIP retrieval: no verdict
+    assert Quality.judge(None, real[0], "red apple") is None
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ("red aple on blue", "unknown emoji 'red aple'; nearest known: red apple"),
+        ("cat, dog, pig and fox on red", "names 4 emoji; this family draws at most 3"),
+        ("cat on teal", "unknown background colour 'teal'"),
+    ],
+)
+def test_bad_prompts_are_clear_errors_through_the_engine(prompt, message):
+    from mulo.config import ConfigError
+    from mulo.engine import Engine
+    from mulo.families import toy
+    from mulo.families.emoji import ScenePromptConditioner
+    from mulo.models.text import MiniCLIP, WordTokenizer
+
+    family = toy.build()
+    words = train_scenes.language_words(recipes.RECIPES["scenes"].scenes)
+    family.conditioner = ScenePromptConditioner(MiniCLIP(WordTokenizer.build(words, 16).vocab, max_len=16), language())
+    engine = Engine(family)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        engine.check(prompt, "ar", 0, None)
+    # a good prompt, however typed, is conditioned as the grammar writes it
+    assert family.conditioner.canonical("A Red Apple & the rocket on BLUE noto") == (
+        "red apple and rocket on blue in noto style"
+    )
+    assert engine.check("cat and pizza on green", "ar", 0, None)[2] == []  # no word left unknown
+
+
+@pytest.mark.slow
+def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path, cache):
+    from mulo import methods
+    from mulo.engine import Engine
+    from mulo.eval.quality import Quality
+    from mulo.families import emoji as family_mod
+    from mulo.train import pipeline
+
+    assets = tmp_path / "assets"
+    report = pipeline.run("scenes", tmp_path / "run", assets, smoke=True, cache=cache)
+    assert set(recipes.STAGES) <= set(report)
+    recipe = recipes.RECIPES["scenes"]
+    study = report["vq_study"]["candidates"]
+    assert sorted(map(int, study)) == sorted(recipe.vq_codes)
+    assert all(0 <= entry["val_referee_match"] <= 1 for entry in study.values())  # the VQ's referee ceiling
+    assert report["vq"]["val_referee_match"] == study[str(report["vq"]["codes"])]["val_referee_match"]
+    assert report["data"]["held_out_combinations"] > 0 and report["data"]["val"] == recipe.smoke.held_out_scenes
+    metrics = json.loads((assets / "metrics.json").read_text())
+    assert metrics["scenes"]["held_out_prompts"] == 1 and metrics["scenes"]["multi_object_prompts"] >= 1
+    assert metrics["scenes"]["real_match"] == 1.0  # the referee names the real scenes
+    for label in ("ar", "zipar-w8", "mulo-r2", "mulo-r4"):
+        entry = metrics["methods"][label]
+        assert 0 <= entry["adherence"] <= 1 and 0 <= entry["adherence_held_out"] <= 1
+    assert metrics["methods"]["real images"]["adherence"] == 1.0
+    card = (assets / "MODEL_CARD.md").read_text()
+    assert "the exact referee's prompt match" in card and "held-out combinations" in card and "$" not in card
+    assert json.loads((assets / "scenes.json").read_text())["names"] == list(recipe.scenes.names)
+    # the family from the smoke run's assets: every method runs, the referee judges its images
+    family = family_mod.build("scenes", assets)
+    assert family.grid == (32, 32) and set(family.drafters) == {2, 4} and family.eagle_head is not None
+    engine = Engine(family)
+    prompt = "red apple and rocket on blue"
+    for method in methods.REGISTRY:
+        result = engine.generate(prompt, method, 0)
+        assert result.image.shape == (128, 128, 3), method
+    verdict = Quality.for_family(family).judge(result.image, prompt)
+    assert verdict.sentence().startswith(("matches the prompt", "does not match the prompt"))
+    with pytest.raises(ValueError, match="nearest known: rocket"):
+        engine.generate("rockit on blue", "ar", 0)
+
+
+def test_the_study_table_reads_each_candidate_s_run(tmp_path, capsys):
+    from mulo.__main__ import main
+
+    run = tmp_path / "scenes-s24"
+    (run / "assets").mkdir(parents=True)
+    report = {
+        "clip": {"seconds": 50, "stage_seconds": 60},
+        "vq": {"seconds": 100, "stage_seconds": 120, "val_referee_match": 0.99},
+        "target": {"seconds": 600, "stage_seconds": 600, "val_loss": 1.1, "train_loss": 1.0},
+        "card": {"stage_seconds": 900},  # the evaluation is not training time
+    }
+    (run / "report.json").write_text(json.dumps(report))
+    mulo_r2 = {"adherence": 0.5, "fd": 1.0, "acceptance_rate": 0.8, "reopened_fraction": 0.3}
+    methods = {"ar": {"adherence": 0.6, "fd": 1.0, "adherence_held_out": 0.5}, "mulo-r2": mulo_r2}
+    (run / "assets" / "metrics.json").write_text(json.dumps({"methods": methods}))
+    assert main(["scenes-study", str(run), "--json", str(tmp_path / "study.json")]) == 0
+    row = json.loads((tmp_path / "study.json").read_text())["rows"][0]
+    assert row["cpu_minutes"] == 13.0 and row["ar_match_per_cpu_minute"] == round(0.6 / 13, 5)
+    assert row["differs"] == "objects 24 px (6x6 tokens)" and row["held_out_over_train_loss"] == 1.1
+    assert (row["mulo_r2_acceptance"], row["mulo_r2_reopened"], row["mulo_r4_acceptance"]) == (0.8, 0.3, None)
+    assert "| scenes-s24 | objects 24 px (6x6 tokens) | 13.0 | 0.6 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # not a run folder: one error line, exit 2
+        main(["scenes-study", str(tmp_path / "nothing")])
+    assert "not a training run folder" in capsys.readouterr().err
