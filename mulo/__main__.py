@@ -308,8 +308,12 @@ def cmd_compile(args) -> int:
     why = compiled.unavailable_reason()
     if why:
         raise UsageError(f"cannot compile here: {why}; the passes run eagerly")
+    from mulo.engine import Engine
+
     family = load_family(args.family, "cpu", args.dtype)
-    cfg = family.defaults.get("cfg", 1.0) != 1.0  # CFG runs a batch of 2; the knob may turn it on or off
+    # CFG runs a batch of 2: build for the guidance a default request uses (the family's default
+    # or the knob table's), batch 1 beside it for requests that turn guidance off
+    cfg = Engine(family, compile="off").make_config(None).guidance != 1.0
     built, present = compiled.build_all(family.transformers(), batches=(1, 2) if cfg else (1,))
     print(f"{args.family}: {built} package(s) built, {present} already in {compiled.cache_dir()}")
     return 0
@@ -347,7 +351,8 @@ def cmd_generate(args) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if any(m.compiled is not None and m.compiled.missing for m in engine.family.transformers()):  # cached mode
         print(
-            f"note: {result.trace.execution} (python -m mulo compile --family {args.family})",
+            f"note: some passes ran eagerly, their compiled packages not built yet "
+            f"(python -m mulo compile --family {args.family} builds them once)",
             file=sys.stderr,
         )
     if args.out:

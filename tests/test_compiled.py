@@ -148,6 +148,26 @@ def test_build_all_builds_each_missing_package_once(monkeypatch, tmp_path):
     assert compiled.build_all([target], batches=(1,)) == (0, 7)  # the 64-query one failed again
 
 
+def test_the_compile_verb_builds_what_a_default_generate_looks_for(monkeypatch, tmp_path):
+    """``python -m mulo compile --family toy`` then ``generate`` (``cached``): no package the
+    default request uses is missing (the toy family's guidance comes from the knob table, not its
+    defaults, so a verb that read only the family's defaults built batch 1 and generate ran eagerly)."""
+    from mulo.__main__ import main
+
+    monkeypatch.setenv("MULO_COMPILE_CACHE", str(tmp_path))
+
+    def fake_compile(model, batch, bucket, path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"package")  # loading it fails: those passes run eagerly, but none is missing
+
+    monkeypatch.setattr(compiled, "_compile", fake_compile)
+    monkeypatch.setattr(compiled, "unavailable_reason", lambda: None)
+    assert main(["compile", "--family", "toy"]) == 0
+    engine = Engine(toy.build(), compile="cached")
+    engine.generate("a", "ar", 3)
+    assert all(not m.compiled.missing for m in engine.family.transformers())
+
+
 def test_default_family_ar_keeps_its_tokens_with_every_step_compiled(monkeypatch):
     family = load_family("twemoji")
     want = Engine(family, compile="off").generate("red apple", "ar", 1)
