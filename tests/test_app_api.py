@@ -72,6 +72,7 @@ def test_a_cancelled_request_leaves_the_engine_usable(client):
     assert parse(out[6]).method == "ar"
 
 
+@pytest.mark.slow  # 24 requests: ~40 s
 def test_eight_concurrent_clients_three_requests_each(client):
     url = client.src
 
@@ -163,6 +164,7 @@ def test_prompts_are_validated_with_what_was_dropped(client):
     assert "only the first 4 words are used" in out[4]
 
 
+@pytest.mark.slow  # ~25 s
 def test_raw_http_with_only_the_required_inputs_and_monitoring(client):
     import urllib.error
     import urllib.request

@@ -27,6 +27,7 @@ def result(toy):
     return bench.run(Engine(toy), quick=True, n_prompts=2)
 
 
+@pytest.mark.slow  # bench --quick on the toy family: ~30 s
 def test_quick_table_has_every_label_and_the_contract_fields(result):
     assert list(result["methods"]) == bench.QUICK_LABELS
     for label, row in result["methods"].items():

@@ -305,12 +305,14 @@ def p_target():
     return p
 
 
+@pytest.mark.slow  # a chi-square over thousands of walks
 def test_eagle2_matches_the_target_sequence_distribution(p_target):
     assert_spread(p_target, EAGLE2_SAMPLES)
     stat, dof = chi_square(_eagle2_counts(), p_target)
     assert stat < chi_square_critical(dof), (stat, dof)
 
 
+@pytest.mark.slow  # a chi-square per injected bug
 @pytest.mark.parametrize("bug", LOSSY_WALKS)
 def test_eagle2_check_rejects_a_lossy_walk(bug, p_target, monkeypatch):
     LOSSY_WALKS[bug](monkeypatch)

@@ -156,6 +156,7 @@ def test_greedy_lantern_without_neighbours_is_greedy_ar_and_pools_with_them():
     assert not torch.equal(pooled, expected)  # greedy LANTERN accepts drafts that are not the arg-max
 
 
+@pytest.mark.slow  # a chi-square over thousands of sequences
 def test_lantern_with_no_pooling_matches_the_target_sequence_distribution():
     """delta = 0 pools nothing (p has no zeros without top-k / top-p): the tree walk must be
     lossless. The same pruned tree as EAGLE-2's test: rejections, residuals and bonuses occur."""

@@ -42,6 +42,8 @@ from tests.helpers import (
     tiny_gpt,
 )
 
+pytestmark = pytest.mark.slow  # chi-square tests over thousands of sequences: ~3 min together
+
 TARGET, COND = spread_target()
 DRAFTER = tiny_gpt(52, 3, 2, std=1.6)  # far from the target, so how a draft is accepted matters
 

@@ -31,6 +31,7 @@ def base_trace(engine) -> dict:
     return engine.generate("red apple", "mulo", 0, {"tau": 0.3}).trace.to_dict()
 
 
+@pytest.mark.slow  # ~30 s, and its 2 s bar wants a quiet machine
 def test_hostile_traces_cost_under_200_mb_and_2_s_and_say_what_is_wrong(base_trace, tmp_path):
     files = corpus(base_trace)
     for name, (content, _) in files.items():
@@ -77,6 +78,7 @@ def test_trace_bounds_cover_every_family(toy):
         assert len(load_trace(longest).rounds) == side * side
 
 
+@pytest.mark.slow  # generates real 32x32 traces: ~2 min
 @pytest.mark.parametrize("method", ["sd", "sjd", "eagle2"])
 def test_a_32x32_trace_of_the_methods_with_most_rounds_fits_the_limit(method):
     """At Tar-512 geometry (32x32 tokens) the token-level methods write a round per few tokens
