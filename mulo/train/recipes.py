@@ -425,6 +425,8 @@ RECIPES["scenes"] = Recipe(
     scenes=SceneConfig(),
 )
 
+# Not yet runnable as intended: its VQ (400 steps on 32 px windows) reconstructs scenes the referee
+# never matches (0.0; GroupNorm sees whole scenes unlike its windows: benchmarks/scenes-vq-probe.json).
 # The short study before the full run (issue 63): candidates that differ from ``scenes`` in one
 # thing each, trained end to end at one budget of <= 30 CPU-minutes (``STUDY_SCENES``) with one
 # codebook, and compared by AR's prompt match per CPU-minute and by how much of the drafters'
