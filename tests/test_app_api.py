@@ -135,8 +135,11 @@ def test_seeds_are_exact_integers_below_2_pow_63(client):
         ("cfg", True, "cfg must be a number in [0, 20] (got True)"),
         ("r", "2", "r must be one of 2, 4 (the family's drafter ratios) (got '2')"),
         ("drafting", 3, "drafting must be one of sequential, zipar (got 3)"),
-        ("third", "eagle", "third method must be one of none, zipar, sjd, sd, lantern, eagle2, mc-sjd, gsd "
-                           "(got 'eagle')"),
+        (
+            "third",
+            "eagle",
+            "third method must be one of none, zipar, sjd, sd, lantern, eagle2, mc-sjd, gsd (got 'eagle')",
+        ),
     ],
 )
 def test_every_knob_error_names_the_knob_and_its_range(client, knob, value, message):
