@@ -148,3 +148,11 @@ def accept_too_often(p_draft, q_draft, generator):
 def resample_from_p(p, q):
     """Bug: after a rejection sample from p instead of the residual norm(max(0, p - q))."""
     return p
+
+
+def check_oracle_table(rows: list[dict]) -> None:
+    """A VQ study's oracle MuLo-SD table (``mulo.eval.ceilings.oracle_table``) as a smoke run records
+    it: every (r, k, radius) setting once, acceptance a share, ZipAR's bound a speed-up."""
+    settings = {(row["r"], row["k"], row["l"]) for row in rows}
+    assert settings == {(r, k, radius) for r in (2, 4) for k in (0, 4) for radius in range(4)}
+    assert all(0 <= row["accepted"] <= 1 and row["speedup_zipar_w8"] > 0 for row in rows)
