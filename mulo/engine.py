@@ -119,8 +119,8 @@ class Engine:
             setup = compiled.setup_seconds() - setup_before  # building/loading compiled passes: not the method's
             latency = time.perf_counter() - start - paused[0] - setup
             execution = ctx.execution()
-            if setup >= 0.01:
-                execution += f"; {setup:.2f} s building/loading compiled passes, not counted"
+            if setup >= 0.001:  # a package loads in a few milliseconds
+                execution += f"; {setup:.3f} s building/loading compiled passes, not counted"
             trace = Trace(
                 method=method,
                 family=fam.name,

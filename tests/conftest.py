@@ -11,7 +11,16 @@ os.environ.setdefault("MULO_COMPILE", "off")
 # Wide passes (mulo.wide) stay float32 in the suite: an AMX machine would otherwise measure and pick
 # bfloat16, and the pinned tokens would move; tests/test_wide.py forces each precision itself.
 os.environ.setdefault("MULO_WIDE_PRECISION", "float32")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Under pytest-xdist (the README's `-n 2`) each of the two workers takes one core: one torch thread
+# each, and the processes they start (CLI, app, device rehearsal) inherit one OpenMP thread. Two
+# workers of two threads each oversubscribe the two cores (the fast tier did not end in 10 min).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(min(2, torch.get_num_threads()))
 
 # Tar's golden references (tiny random checkpoints and the original code's outputs on them), kept in
 # the repository so a clone alone runs every test: tests/data/golden_tar/PROVENANCE.md.

@@ -23,6 +23,12 @@ from mulo.timing import PhaseTimer
 REPO = Path(__file__).resolve().parents[1]
 
 
+def worker_port(base: int) -> int:
+    """A server port of its own for each pytest-xdist worker (gw0: ``base``, gw1: ``base + 10``)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return base + 10 * int(worker[2:]) if worker else base
+
+
 def run_cli(*args, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m mulo ARGS`` from the repository root, with extra environment variables."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}

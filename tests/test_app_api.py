@@ -15,13 +15,14 @@ import app  # noqa: E402
 from mulo.config import knob_table  # noqa: E402
 from mulo.tracefile import parse
 from mulo.ui.files import DISPLAY  # noqa: E402
+from tests.helpers import worker_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def client():
     demo = app.build_demo().queue(max_size=64)
     _, url, _ = demo.launch(
-        prevent_thread_lock=True, server_name="127.0.0.1", server_port=7872, quiet=True, **app.LAUNCH_KW
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=worker_port(7872), quiet=True, **app.LAUNCH_KW
     )
     c = Client(url, verbose=False)
     yield c

@@ -38,6 +38,27 @@ def test_vq_round_trip_shapes(toy):
     assert toy.vq.encode(images).shape == (1, 8, 8)
 
 
+def test_a_tiled_vq_reads_and_draws_each_tile_alone(toy):
+    """A tokenizer with a tile (the scenes' VQ): the same tokens as the whole model on each tile
+    cut out by hand, and a token changed in one tile redraws that tile only."""
+    from mulo.models.vq import VQTokenizer
+
+    tiled = VQTokenizer(toy.vq.model, tile=16)  # 4 x 4 tokens a tile at 4 px a token
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    tokens = tiled.encode(images)
+    assert tokens.shape == (2, 8, 8)
+    by_hand = toy.vq.encode(images[:, :, 16:, :16])  # the bottom-left tile as an image of its own
+    assert torch.equal(tokens[:, 4:, :4], by_hand)
+    changed = tokens.clone()
+    changed[0, 5, 1] = (changed[0, 5, 1] + 1) % toy.vocab_size  # in the bottom-left tile
+    before, after = tiled.decode(tokens), tiled.decode(changed)
+    assert torch.allclose(before[:, :, :16], after[:, :, :16]) and torch.allclose(
+        before[:, :, :, 16:], after[:, :, :, 16:]
+    )
+    assert not torch.allclose(before[0, :, 16:, :16], after[0, :, 16:, :16])
+    assert torch.allclose(tiled.decode(tokens[:, :4, :4]), toy.vq.decode(tokens[:, :4, :4]))  # one tile: as whole
+
+
 def test_upsampling_agreement_of_a_perfect_drafter(toy):
     from mulo.eval.ceilings import upsampling_agreement
 

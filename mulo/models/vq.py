@@ -3,6 +3,12 @@
 One tokenizer serves every resolution of a family: a 64 px image becomes a 16x16 grid at 4x
 downsampling and a 32 px image an 8x8 grid, which is what makes token up/down-sampling and
 codebook-neighbour pooling meaningful between drafter and target.
+
+A tokenizer with a ``tile`` reads and draws an image as independent ``tile``-pixel squares (the
+emoji scenes' VQ: it trained on such windows, and diffusers' VQModel normalises with GroupNorm
+over whatever it is given, so a whole 128 px scene, mostly flat background, is not what it
+learnt; benchmarks/scenes-vq-probe.json). A token then depends on its own tile only, and a
+changed token redraws its own tile only.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ from diffusers import VQModel
 class VQTokenizer:
     """Images in [0, 1] ``[B, 3, h, w]`` <-> token grids ``[B, H, W]`` (int64)."""
 
-    def __init__(self, model: VQModel):
+    def __init__(self, model: VQModel, tile: int = 0):
         self.model = model.eval()
         self.downsample = 2 ** (len(model.config.block_out_channels) - 1)
+        if tile and tile % self.downsample:
+            raise ValueError(f"a VQ tile of {tile} px is not a multiple of its downsampling {self.downsample}")
+        self.tile = tile  # px; 0: whole images
 
     @property
     def codebook(self) -> torch.Tensor:
@@ -33,10 +42,14 @@ class VQTokenizer:
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         b, h, w = tokens.shape
+        side = self.tile // self.downsample  # tokens a tile
+        tiles = split(tokens.unsqueeze(1), side).squeeze(1)
         dim = self.codebook.shape[1]
-        tokens = tokens.to(self.codebook.device)
-        latents = self.model.quantize.get_codebook_entry(tokens.reshape(-1), (b, h, w, dim))
+        latents = self.model.quantize.get_codebook_entry(
+            tiles.to(self.codebook.device).reshape(-1), (*tiles.shape, dim)
+        )
         pixels = self.model.decode(latents.to(self.codebook.dtype), force_not_quantize=True).sample
+        pixels = join(pixels, b, h * self.downsample, w * self.downsample)
         return (pixels.float() * 0.5 + 0.5).clamp(0, 1)
 
     @torch.no_grad()
@@ -44,9 +57,31 @@ class VQTokenizer:
         b, _, h, w = images.shape
         if h % self.downsample or w % self.downsample:
             raise ValueError(f"image size {h}x{w} is not a multiple of the VQ downsampling {self.downsample}")
-        latents = self.model.encode((images * 2 - 1).to(self.codebook.device, self.codebook.dtype)).latents
+        tiles = split(images * 2 - 1, self.tile)
+        latents = self.model.encode(tiles.to(self.codebook.device, self.codebook.dtype)).latents
         _, _, (_, _, indices) = self.model.quantize(latents)
-        return indices.reshape(b, h // self.downsample, w // self.downsample)
+        grid = indices.reshape(latents.shape[0], 1, latents.shape[2], latents.shape[3])
+        return join(grid, b, h // self.downsample, w // self.downsample).squeeze(1)
+
+
+def split(x: torch.Tensor, tile: int) -> torch.Tensor:
+    """``[B, C, H, W]`` -> ``[B * (H / tile) * (W / tile), C, tile, tile]``, tiles row-major per
+    image; as it is when ``tile`` is 0 or the image fits in one."""
+    b, c, h, w = x.shape
+    if not tile or (h <= tile and w <= tile):
+        return x
+    if h % tile or w % tile:
+        raise ValueError(f"a {h}x{w} grid does not split into {tile}x{tile} tiles")
+    return x.reshape(b, c, h // tile, tile, w // tile, tile).permute(0, 2, 4, 1, 3, 5).reshape(-1, c, tile, tile)
+
+
+def join(tiles: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
+    """``split``'s inverse: ``b`` images ``h`` x ``w`` from their tiles."""
+    n, c, th, tw = tiles.shape
+    if (th, tw) == (h, w):
+        return tiles
+    x = tiles.reshape(b, h // th, w // tw, c, th, tw).permute(0, 3, 1, 4, 2, 5)
+    return x.reshape(b, c, h, w)
 
 
 def to_uint8(images: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import threading
 import time
 
@@ -29,6 +30,10 @@ from mulo.ui.spaces_compat import gpu
 from mulo.ui.text import describe_token, replay_summary, round_info, stats_markdown
 from mulo.ui.torch_thread import TORCH
 from mulo.ui.views import RunView, replay_view, stream_view, with_frames
+
+# Seconds between rounds when the Rounds panel plays a run: time for a visitor to read each map.
+# A host may change it (the browser tests play at 0.1 s).
+PLAY_SECONDS = float(os.environ.get("MULO_PLAY_SECONDS", "0.7"))
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +300,7 @@ def play_rounds(state, label):
     """Walk the slider through every round of the shown run (the slider's change event redraws)."""
     for position in range(1, len(_view(state, label, "play").trace.rounds) + 1):
         yield position
-        time.sleep(0.7)
+        time.sleep(PLAY_SECONDS)
 
 
 def token_info(state, label, position, layers, evt: gr.SelectData):
