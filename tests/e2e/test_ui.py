@@ -70,7 +70,7 @@ def test_generate_scrub_click_download(page: Page, app_url):
 
     # the trace downloads as a file
     page.get_by_text("Trace JSON").click()
-    with page.expect_download(timeout=30_000) as download:
+    with page.expect_download(timeout=90_000) as download:  # beside the other worker it can take >30 s
         page.locator("#downloads a").first.click()
     assert download.value.suggested_filename.startswith("trace-")
 
@@ -78,7 +78,7 @@ def test_generate_scrub_click_download(page: Page, app_url):
     from mulo.tracefile import read_trace_file
     from mulo.ui import viz
 
-    with page.expect_download(timeout=30_000) as download:
+    with page.expect_download(timeout=90_000) as download:  # beside the other worker it can take >30 s
         page.locator("#downloads a[href*='trace-mulo']").first.click()
     trace = read_trace_file(download.value.path())
     counts = viz.legend_counts(trace.rounds[1])
