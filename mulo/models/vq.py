@@ -77,7 +77,7 @@ def split(x: torch.Tensor, tile: int) -> torch.Tensor:
 
 def join(tiles: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
     """``split``'s inverse: ``b`` images ``h`` x ``w`` from their tiles."""
-    n, c, th, tw = tiles.shape
+    _, c, th, tw = tiles.shape
     if (th, tw) == (h, w):
         return tiles
     x = tiles.reshape(b, h // th, w // tw, c, th, tw).permute(0, 3, 1, 4, 2, 5)

@@ -151,7 +151,8 @@ def main() -> None:
             "psnr_128": round(10 * np.log10(1 / mse), 2),
             "referee_match": round(float(match), 4),
             "codes_used": int((usage > 0.05).sum()),
-            "train_seconds": round(log.get("seconds_before", 0) + time.perf_counter() - clock["start"], 1),
+            # wall seconds since this process started training, evaluations included (not across resumes)
+            "train_seconds": round(time.perf_counter() - clock["start"], 1),
         }
         log["evals"].append(entry)
         log_path.write_text(json.dumps(log, indent=1) + "\n")
