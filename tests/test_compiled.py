@@ -254,7 +254,10 @@ def test_a_failed_compile_falls_back_to_eager_and_says_why(monkeypatch, tmp_path
     family = toy.build()
     want = Engine(family, compile="off").generate("a", "ar", 0)
     got = Engine(family, compile="on").generate("a", "ar", 0)
-    assert got.trace.execution == "eager (fallback: compile failed (RuntimeError: no compiler here))"
+    # the failed attempt's few milliseconds may be named after it, as setup time not counted
+    fallback, *setup = got.trace.execution.split("; ")
+    assert fallback == "eager (fallback: compile failed (RuntimeError: no compiler here))"
+    assert all(part.endswith("building/loading compiled passes, not counted") for part in setup)
     assert torch.equal(got.tokens, want.tokens)
 
 
