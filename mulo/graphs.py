@@ -56,7 +56,6 @@ class _Pass:
         hidden = self.model.forward_hidden(embeddings, slots, self.mask, self.cache, pe_slots)
         return hidden, self.model.output(hidden).float()
 
-
     def replay(self, tokens, pe_slots, slots, mask) -> tuple[torch.Tensor, torch.Tensor]:
         self.staging[0].copy_(tokens)
         self.staging[1].copy_(pe_slots)

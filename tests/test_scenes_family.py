@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from diffusers import VQModel
 
 from mulo import scenes as lang
 from mulo.eval.referee import Sprites
@@ -46,7 +47,7 @@ def test_fresh_training_scenes_never_repeat_and_never_hold_out(tmp_path, cache):
     recipe = recipes.RECIPES["scenes"]
     pipe = pipeline.Pipeline(tmp_path / "run", tmp_path / "assets", recipe, recipe.smoke, cache=cache)
     torch.manual_seed(0)
-    torch.save(recipes.build_vq(32).state_dict(), pipe.run / "vq.pt")  # any VQ encodes
+    torch.save(VQModel(**pipe.vq_config(32)).state_dict(), pipe.run / "vq.pt")  # any VQ of the recipe encodes
     store = SceneTokens(pipe)
     pool = planned(pipe.budget)  # what the budget's stages read: the tokens stage encodes this many
     assert pool == 12 and pipe.budget.scene_chunk == 8
@@ -187,6 +188,7 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     # the family from the smoke run's assets: every method runs, the referee judges its images
     family = family_mod.build("scenes", assets)
     assert family.grid == (32, 32) and set(family.drafters) == {2, 4} and family.eagle_head is not None
+    assert family.vq.tile == recipe.hyper.vq_tile == 32  # the exported VQ reads scenes as it trained: tiles
     engine = Engine(family)
     prompt = "red apple and rocket on blue"
     for method in methods.REGISTRY:

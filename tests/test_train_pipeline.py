@@ -178,7 +178,7 @@ def test_each_recipe_s_vq_encodes_its_three_sizes_to_its_grids():
     from mulo.train import recipes
 
     for name, recipe in recipes.RECIPES.items():
-        tok = VQTokenizer(recipes.build_vq(recipe.vq_codes[0], recipe.patch))
+        tok = VQTokenizer(recipes.build_vq(recipe.vq_codes[0], recipe.patch, **recipe.vq_model), recipe.hyper.vq_tile)
         grids = [tok.encode(torch.rand(1, 3, px, px)).shape[-1] for px in recipe.sizes]
         assert grids == [recipe.grid(stage) for stage in ("target", "drafter_r2", "drafter_r4")], name
     assert recipes.RECIPES["emoji-16-128"].grid("target") == recipes.RECIPES["emoji-16"].grid("target") == 16

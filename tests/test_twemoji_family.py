@@ -141,10 +141,10 @@ def test_aliases_are_recorded_and_can_be_turned_off(engine):
 # The models alone (aliases off) do not generalise to one word: on twemoji 0.375 and 0.375 here, 0.18
 # and 0.13 over its card's 90. Training on short prompts (run twemoji-v9, 512 codes) reached 0.5 here
 # and 0.28 on the card but cost name adherence (0.74 -> 0.67): see the model card.
+# AR alone: MuLo-SD verifies with the same target, so the limit is the models', shown once.
 @pytest.mark.xfail(strict=True, reason="one-word prompts are out of the AR models' training distribution")
-@pytest.mark.parametrize("method", ["ar", "mulo"])
-def test_one_word_prompts_depict_their_emoji_without_aliases(engine, quality, method):
-    assert prompt_adherence(engine, quality, method, ONE_WORD_PROMPTS, {"aliases": False}) >= 0.625
+def test_one_word_prompts_depict_their_emoji_without_aliases(engine, quality):
+    assert prompt_adherence(engine, quality, "ar", ONE_WORD_PROMPTS, {"aliases": False}) >= 0.625
 
 
 def test_acceptance_is_spatially_structured(engine):

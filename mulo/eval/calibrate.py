@@ -231,4 +231,3 @@ def parse_start(text: str) -> dict:
         except json.JSONDecodeError:
             start[knob.strip()] = value.strip()
     return start
-

@@ -127,4 +127,3 @@ def main(argv=None, prog=None) -> int:
     prompts = [entry["prompt"] for entry in json.loads(listed.read_text())][: args.prompts]
     print(json.dumps(probe(engine, prompts, args.seeds), indent=1))
     return 0
-

@@ -49,11 +49,13 @@ def _gpt(folder: Path, name: str) -> GPT:
 
 
 def load_vq(folder: Path) -> VQTokenizer:
-    """The tokenizer of ``vq.json`` / ``vq.safetensors`` in ``folder`` (the family's, or a run's export)."""
+    """The tokenizer of ``vq.json`` / ``vq.safetensors`` in ``folder`` (the family's, or a run's
+    export): the ``VQModel`` arguments, and ``tile`` when the VQ reads images as tiles."""
     config, state = load_weights(folder, "vq")
+    tile = config.pop("tile", 0)
     model = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
     model.load_state_dict(state)
-    return VQTokenizer(model.eval())
+    return VQTokenizer(model.eval(), tile)
 
 
 class PromptConditioner:

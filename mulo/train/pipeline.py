@@ -33,6 +33,7 @@ from diffusers import VQModel
 
 from mulo.engine import Engine
 from mulo.models.text import MiniCLIP
+from mulo.models.vq import VQTokenizer
 from mulo.scenes import parse_prompt
 from mulo.train import data as data_mod
 from mulo.train import styles
@@ -45,7 +46,6 @@ from mulo.train.recipes import (
     STAGES,
     Budget,
     Recipe,
-    build_vq,
     vq_config,
 )
 from mulo.train.stages import scene_tokens
@@ -159,13 +159,21 @@ class Pipeline:
         clip.load_state_dict(torch.load(self.run / "clip.pt", map_location="cpu", weights_only=True))
         return clip.to(self.device).eval()
 
+    def vq_config(self, codes: int) -> dict:
+        """The ``VQModel`` arguments of this recipe's VQ with ``codes`` codes."""
+        return vq_config(codes, self.recipe.patch, **self.recipe.vq_model)
+
     def load_vq(self, name: str = "vq.pt") -> VQModel:
         """The VQ weights ``name`` in the run folder (a study candidate's too: its codebook size is
         read off the weights)."""
         state = torch.load(self.run / name, map_location="cpu", weights_only=True)
-        vq = build_vq(state["quantize.embedding.weight"].shape[0], self.recipe.patch)
+        vq = VQModel(**self.vq_config(state["quantize.embedding.weight"].shape[0]))
         vq.load_state_dict(state)
         return vq.to(self.device).eval()
+
+    def tokenizer(self, name: str = "vq.pt") -> VQTokenizer:
+        """``load_vq(name)`` as the family reads images with it (tiled when the recipe's VQ is)."""
+        return VQTokenizer(self.load_vq(name), self.recipe.hyper.vq_tile)
 
     # -- driver ----------------------------------------------------------------------------------
     def stages(self) -> dict:
@@ -248,7 +256,7 @@ class Pipeline:
         sizes = {p.name: round(p.stat().st_size / 2**20, 2) for p in sorted(self.assets.glob("*.safetensors"))}
         sizes["total"] = round(sum(sizes.values()), 2)
         recipe = dict(
-            vq=vq_config(self.codes, self.recipe.patch),
+            vq=self.vq_config(self.codes),
             target=self.recipe.target,
             draft_model=self.recipe.draft_model,
             cfg_dropout=CFG_DROPOUT,

@@ -18,18 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from diffusers import VQModel
 
 from mulo.eval.referee import Referee
 from mulo.models.vq import VQTokenizer
 from mulo.train import scenes
-from mulo.train.loop import train
-from mulo.train.recipes import VQ_CONFIG
+from mulo.train.recipes import Hyper, vq_config
+from mulo.train.stages.vq import Windows, fit_vq
 
 CACHE = Path.home() / ".cache" / "mulo" / "styles"
 EVAL_SCENES = 96  # held-out scenes (at least two objects, a held-out combination among them)
@@ -58,6 +58,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--scenes", type=int, default=3072)
     parser.add_argument("--eval-every", type=int, default=250)
+    parser.add_argument(
+        "--art", type=int, default=0, help="emoji drawn at this many px, then enlarged to 32 px by repeating pixels"
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     folder = Path("runs/scenes-vq") / args.name
@@ -65,9 +68,14 @@ def main() -> None:
 
     config = scenes.SceneConfig()
     sheet = scenes.sprites(CACHE, config.object_px, config.canvas)
+    if args.art:  # pixel art: fewer distinct 4 px patches for the VQ to tell apart
+        small = scenes.sprites(CACHE, args.art, config.canvas)
+        factor = config.object_px // args.art
+        big = np.repeat(np.repeat(small.rgba, factor, axis=2), factor, axis=3)
+        sheet = scenes.Sprites(small.names, small.styles, big, config.canvas)
     stream = scenes.SceneStream(config, sheet, seed=0)
     referee = Referee(sheet.subset(config.names))
-    cache = Path("runs/scenes-vq") / f"data-{args.scenes}.npz"
+    cache = Path("runs/scenes-vq") / f"data-{args.scenes}{f'-art{args.art}' if args.art else ''}.npz"
     if not cache.exists():
         rendered = [stream.render(s) for s in stream.scenes(0, args.scenes)]
         np.savez(cache, **{str(px): np.stack([r[px] for r in rendered]) for px in config.scales})
@@ -78,63 +86,16 @@ def main() -> None:
     held_images = held_images.float() / 255
 
     widths = tuple(int(w) for w in args.widths.split(","))
-    vq = VQModel(
-        **{
-            **VQ_CONFIG,
-            "block_out_channels": widths,
-            "num_vq_embeddings": args.codes,
-            "vq_embed_dim": args.embed,
-            "norm_num_groups": min(16, widths[0]),
-            "norm_type": args.norm,
-        }
-    )
-    rng = np.random.default_rng(0)
-    sizes = sorted(data, reverse=True)
+    model = {"block_out_channels": widths, "vq_embed_dim": args.embed, "norm_num_groups": min(16, widths[0])}
+    vq = VQModel(**vq_config(args.codes, 4, **model, norm_type=args.norm))
     tile = args.tile
-    # windows per size in proportion to the tiles each holds (16 : 4 : 1 at 128 / 64 / 32 px)
-    share = np.array([(px // tile) ** 2 if tile else 1 for px in sizes], dtype=float)
-    share /= share.sum()
-    recent = {}
-    usage = torch.zeros(args.codes)
-
-    def windows(px: int, count: int) -> torch.Tensor:
-        images = data[px]
-        idx = rng.integers(0, len(images), size=count * (4 if args.busy else 1))
-        if not tile or px <= tile:
-            return images[idx[:count]]
-        grid = np.arange(0, px - tile + 1, 8)  # the sprites' 8 px grid: token phase as at inference
-        tops, lefts = rng.choice(grid, size=len(idx)), rng.choice(grid, size=len(idx))
-        crops = torch.stack(
-            [images[i, :, t : t + tile, s : s + tile] for i, t, s in zip(idx, tops, lefts, strict=True)]
-        )
-        if not args.busy:
-            return crops
-        spread = crops.flatten(2).std(dim=2).mean(dim=1)  # ~0 for a flat window
-        busy = (spread > 0.02).nonzero()[:, 0]
-        flat = (spread <= 0.02).nonzero()[:, 0]
-        n_busy = min(len(busy), int(round(count * args.busy)))
-        pick = torch.cat([busy[:n_busy], flat[: count - n_busy]])
-        if len(pick) < count:
-            pick = torch.cat([pick, busy[n_busy : n_busy + count - len(pick)]])
-        return crops[pick]
-
+    hyper = replace(Hyper(), vq_lr=args.lr, vq_tile=tile, vq_busy=args.busy)
+    images = [data[px] for px in sorted(data, reverse=True)]
+    windows = Windows(images, np.random.default_rng(0), crop=max(data), tile=tile, busy=args.busy, grid=8)
     whole = [int(n) for n in args.whole.split(",")]
+    if not tile:  # whole images: the given count at each size
+        windows.counts = lambda batch: whole
     batch = args.batch if tile else sum(whole)
-
-    def loss_fn(step):
-        counts = rng.multinomial(args.batch, share) if tile else whole
-        total = 0.0
-        for px, count in zip(sizes, counts, strict=True):
-            if not count:
-                continue
-            x = windows(px, int(count)) * 2 - 1
-            latents = vq.encode(x).latents
-            quant, commit, (_, _, used) = vq.quantize(latents)
-            recon = vq.decode(quant, force_not_quantize=True).sample
-            total = total + (F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x) + commit) * count / batch
-            if px == sizes[0]:
-                recent.update(latents=latents.detach(), codes=used.detach())
-        return total
 
     log_path = folder / "log.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else {"args": vars(args), "evals": []}
@@ -143,14 +104,17 @@ def main() -> None:
     def evaluate(step: int) -> None:
         vq.eval()
         recon = torch.cat([reconstruct(vq, held_images[i : i + 16], tile) for i in range(0, len(held_images), 16)])
-        mse = float(((recon - held_images) ** 2).mean())
+        squared = ((recon - held_images) ** 2).mean(1)
+        mse = float(squared.mean())
+        # the objects' pixels (those off the scene's background colour), where the referee looks
+        objects = (held_images - held_images[:, :, :1, :1]).abs().amax(1) > 0.02
         pictures = (recon * 255).round().byte().permute(0, 2, 3, 1).numpy()
         match = np.mean([referee.prompt_match(p, s.prompt).match for p, s in zip(pictures, held, strict=True)])
         entry = {
             "step": step,
             "psnr_128": round(10 * np.log10(1 / mse), 2),
+            "psnr_objects": round(10 * np.log10(1 / float(squared[objects].mean())), 2),
             "referee_match": round(float(match), 4),
-            "codes_used": int((usage > 0.05).sum()),
             # wall seconds since this process started training, evaluations included (not across resumes)
             "train_seconds": round(time.perf_counter() - clock["start"], 1),
         }
@@ -160,19 +124,10 @@ def main() -> None:
         vq.train()
 
     def on_step(step):
-        with torch.no_grad():
-            used = recent["codes"].reshape(-1)
-            usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel()))
-            if (step + 1) % 100 == 0:
-                dead = (usage < 0.05).nonzero()[:, 0]
-                if len(dead):
-                    lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
-                    vq.quantize.embedding.weight[dead] = lat[torch.randint(len(lat), (len(dead),))]
-                    usage[dead] = 1.0
         if (step + 1) % args.eval_every == 0 and not any(e["step"] == step + 1 for e in log["evals"]):
             evaluate(step + 1)
 
-    stats = train(args.name, vq, loss_fn, args.steps, folder / "vq.ckpt", lr=args.lr, every=100, on_step=on_step)
+    stats = fit_vq(args.name, vq, windows, batch, args.steps, folder / "vq.ckpt", hyper, 100, on_step)
     log["stats"] = {k: v for k, v in stats.items() if k in ("seconds", "final_loss")}
     if not any(e["step"] == args.steps for e in log["evals"]):
         evaluate(args.steps)

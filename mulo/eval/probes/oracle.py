@@ -31,4 +31,3 @@ def main(argv=None, prog=None) -> None:
     val = data_mod.load_scales(args.cache).val
     print(f"{min(args.images, len(val.names))} validation emoji, VQ from {args.vq}")
     print(oracle_markdown(oracle_table(load_vq(args.vq), val.scales, args.images)))
-

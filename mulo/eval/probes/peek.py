@@ -23,7 +23,6 @@ from mulo.eval import family_eval
 from mulo.families.base import Family
 from mulo.families.emoji import PromptConditioner
 from mulo.models.gpt import GPT
-from mulo.models.vq import VQTokenizer
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
 
@@ -49,7 +48,7 @@ def target_family(pipe: Pipeline) -> tuple[Family, object, int]:
     target = GPT(pipe.recipe.gpt_config("target", pipe.codes, clip.cond_dim))
     target.load_state_dict(weights)
     conditioner = PromptConditioner(clip)
-    vq = VQTokenizer(pipe.load_vq())
+    vq = pipe.tokenizer()
     family = Family(pipe.recipe.family, target, {}, vq, conditioner, defaults=pipe.recipe.defaults)
     return family, clip, step
 
@@ -96,4 +95,3 @@ def main(argv=None, prog=None) -> int:
         fd = "—" if row["fd"] is None else f"{row['fd']:.3f}"  # None: one prompt has no FD
         print(f"step {result['step']}: {label} adherence {row['adherence']:.3f} FD {fd}", file=sys.stderr)
     return 0
-

@@ -31,7 +31,6 @@ import torch
 from mulo.engine import Engine
 from mulo.eval import family_eval, generalisation
 from mulo.eval.probes import peek
-from mulo.models.vq import VQTokenizer
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
 from mulo.train.stages.ar import ar_data, held_out, validation_loss
@@ -82,7 +81,7 @@ def study(pipe: Pipeline, n_prompts: int = 24, seeds: int = 5) -> dict:
 def vq_ceiling(pipe: Pipeline, vq_file: str = "vq.pt") -> dict:
     """The card's ceilings (``family_eval.ceilings``) for ``vq_file``'s tokenizer on the card's evaluation
     prompts, with the reconstructions' PSNR and the tokenizer's geometry."""
-    tok = VQTokenizer(pipe.load_vq(vq_file))
+    tok = pipe.tokenizer(vq_file)
     prompts = family_eval.eval_prompts(pipe.data, pipe.budget.eval_prompts)
     quality = family_eval.reference(pipe.data, pipe.load_clip(), prompts)
     scores = family_eval.ceilings(tok, quality, family_eval.real_images(pipe.data, quality.keys))
@@ -131,4 +130,3 @@ def main(argv=None, prog=None) -> int:
         args.json.write_text(text)
     print(text)
     return 0
-

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from mulo.families import int8
 from mulo.families.emoji import FILES, load_weights
 from mulo.train import data as data_mod
-from mulo.train.recipes import COND_LEN, vq_config
+from mulo.train.recipes import COND_LEN
 
 AR_MODELS = ("target", "drafter_r2", "drafter_r4", "draft_model")  # each with its GPTConfig in name.json
 
@@ -33,7 +33,9 @@ def export(pipe) -> None:
     load = lambda name: torch.load(pipe.run / f"{name}.pt", map_location="cpu", weights_only=True)  # noqa: E731
     clip_vocab = json.loads((pipe.run / "clip_vocab.json").read_text())
     save("clip", load("clip"), {"vocab": clip_vocab, "max_len": COND_LEN})
-    save("vq", load("vq"), vq_config(pipe.codes, pipe.recipe.patch))  # (JSON writes its tuples as lists)
+    # (JSON writes its tuples as lists); a tiled VQ's ``tile`` beside its VQModel arguments
+    tile = {"tile": pipe.recipe.hyper.vq_tile} if pipe.recipe.hyper.vq_tile else {}
+    save("vq", load("vq"), {**pipe.vq_config(pipe.codes), **tile})
     for stage in AR_MODELS:
         save(stage, load(stage), json.loads((pipe.run / f"{stage}.json").read_text()))
     save("eagle_head", load("eagle"), {"of": "target", "n_layer": 1})

@@ -48,9 +48,7 @@ class SceneTokens:
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            from mulo.models.vq import VQTokenizer
-
-            self._tokenizer = VQTokenizer(self.pipe.load_vq())
+            self._tokenizer = self.pipe.tokenizer()
         return self._tokenizer
 
     def path(self, chunk: int):

@@ -22,10 +22,8 @@ RENDER_CHUNK = 2048  # augmented copies rendered at once: 60,000 copies do not f
 
 @torch.no_grad()
 def stage_tokens(pipe) -> None:
-    from mulo.models.vq import VQTokenizer
-
     d = pipe.data
-    tok = VQTokenizer(pipe.load_vq())
+    tok = pipe.tokenizer()
     clip = pipe.load_clip()
     grids = {f"tokens{size}": encode(pipe, tok, pipe.images_at(size)) for size in pipe.recipe.sizes}
     # Augmented copies of the training images (styled data): rows after the originals, each

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from diffusers import VQModel
 
 from mulo.train.loop import train
-from mulo.train.recipes import build_vq, choose_codebook
+from mulo.train.recipes import choose_codebook
 
 QUALITY_CHUNK = 256  # validation images per VQ call in ``vq_quality``
 
@@ -44,63 +44,104 @@ def stage_vq(pipe) -> None:
 
 
 def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
-    d = pipe.data
     torch.manual_seed(pipe.seed)
-    vq = build_vq(codes, pipe.recipe.patch).to(pipe.device)
-    train_idx = np.flatnonzero(~d.is_val)
-    images = [pipe.images_at(px) for px in pipe.recipe.sizes]
-    rng = pipe.rng("vq")
+    vq = VQModel(**pipe.vq_config(codes)).to(pipe.device)
+    train_idx = np.flatnonzero(~pipe.data.is_val)
+    images = [pipe.images_at(px, train_idx) for px in pipe.recipe.sizes]
     b, hyper = pipe.budget.vq_batch, pipe.recipe.hyper
-    crop = hyper.vq_crop
+    windows = Windows(images, pipe.rng("vq"), hyper.vq_crop, hyper.vq_tile, hyper.vq_busy, pipe.recipe.patch)
+    stats = fit_vq(
+        name, vq, windows, 3 * b, pipe.budget.vq_steps, pipe.run / f"{name}.ckpt", hyper, pipe.budget.checkpoint_every
+    )
+    return vq.eval(), stats
 
-    recent = {}  # the last batch's encoder outputs and codes, for dead-code restarts
+
+class Windows:
+    """What a VQ training step reads at each size: whole images, or random ``crop`` px crops of
+    those above it; for a tiled VQ (``tile``), ``tile`` px windows on the token grid (at inference
+    its tiles sit on that grid too), a ``busy`` share of them among those that hold more than flat
+    background, and windows spread over the sizes as the tiles each size holds (16 : 4 : 1 at 128,
+    64, 32 px with 32 px tiles), so each size is learnt as often as it is read."""
+
+    def __init__(self, images: list[torch.Tensor], rng, crop: int, tile: int = 0, busy: float = 0.0, grid: int = 4):
+        self.images, self.rng, self.crop, self.tile, self.busy, self.grid = images, rng, crop, tile, busy, grid
+        share = np.array([(x.shape[-1] // tile) ** 2 if tile else 1 for x in images], dtype=float)
+        self.share = share / share.sum()
+
+    def counts(self, batch: int) -> list[int]:
+        """Windows per size in a step of ``batch``: a draw by the shares (tiled), else equal parts."""
+        if self.tile:
+            return [int(n) for n in self.rng.multinomial(batch, self.share)]
+        return [batch // len(self.images)] * len(self.images)
+
+    def draw(self, size: int, count: int) -> torch.Tensor:
+        images, rng = self.images[size], self.rng
+        side = images.shape[-1]
+        if not self.tile:
+            batch = images[rng.choice(len(images), size=count, replace=len(images) < count)]
+            if side > self.crop:  # one crop for the batch: the net is convolutional
+                top, left = rng.integers(0, side - self.crop + 1, size=2)
+                batch = batch[:, :, top : top + self.crop, left : left + self.crop]
+            return batch
+        idx = rng.integers(0, len(images), size=count * (4 if self.busy else 1))
+        if side <= self.tile:
+            return images[idx[:count]]
+        corners = np.arange(0, side - self.tile + 1, self.grid)
+        tops, lefts = rng.choice(corners, size=len(idx)), rng.choice(corners, size=len(idx))
+        t = self.tile
+        crops = torch.stack([images[i, :, y : y + t, x : x + t] for i, y, x in zip(idx, tops, lefts, strict=True)])
+        if not self.busy:
+            return crops
+        spread = crops.flatten(2).std(dim=2).mean(dim=1)  # ~0 for a window of flat background
+        busy, flat = (spread > 0.02).nonzero()[:, 0], (spread <= 0.02).nonzero()[:, 0]
+        wanted = min(len(busy), round(count * self.busy))
+        pick = torch.cat([busy[:wanted], flat[: count - wanted]])
+        pick = torch.cat([pick, busy[wanted : wanted + count - len(pick)]])  # too few flat ones: more busy
+        return crops[pick]
+
+
+def fit_vq(name: str, vq: VQModel, windows: Windows, batch: int, steps: int, checkpoint, hyper, every, on_step=None):
+    """Train ``vq`` on ``windows`` (``batch`` a step): MSE + ``hyper.vq_l1_weight`` L1 +
+    commitment; codes no batch has used for about
+    ``hyper.vq_restart_every`` steps move to random current encoder outputs. ``on_step(step)``
+    runs after each step (an evaluation). Resumable: ``loop.train``'s checkpoint."""
+    device = vq.quantize.embedding.weight.device
+    codes = vq.quantize.embedding.weight.shape[0]
+    recent = {}  # the largest size's last encoder outputs and codes, for dead-code restarts
+    usage = torch.zeros(codes, device=device)
 
     def loss_fn(step):
-        # The three sizes per step; those above the crop size as random crops of it (the net is
-        # convolutional, and a crop costs what an image of the crop size does).
-        idx = rng.choice(train_idx, size=3 * b, replace=len(train_idx) < 3 * b)
         total = 0.0
-        for part, size_images in enumerate(images):
-            batch = size_images[idx[part * b : (part + 1) * b]]
-            if batch.shape[-1] > crop:
-                top, left = rng.integers(0, batch.shape[-1] - crop + 1, size=2)
-                batch = batch[:, :, top : top + crop, left : left + crop]
-            x = batch.to(pipe.device) * 2 - 1
+        for size, count in enumerate(windows.counts(batch)):
+            if not count:
+                continue
+            x = windows.draw(size, count).to(device) * 2 - 1
             latents = vq.encode(x).latents
             quant, commit_loss, (_, _, used) = vq.quantize(latents)
             recon = vq.decode(quant, force_not_quantize=True).sample
-            total = total + F.mse_loss(recon, x) + hyper.vq_l1_weight * F.l1_loss(recon, x) + commit_loss
-            if part == 0:
+            loss = F.mse_loss(recon, x) + hyper.vq_l1_weight * F.l1_loss(recon, x) + commit_loss
+            # tiled: each size by its share of the windows; else the sizes' losses summed, as ever
+            total = total + (loss * count / batch if windows.tile else loss)
+            if size == 0:
                 recent.update(latents=latents.detach(), codes=used.detach())
         return total
 
-    usage = torch.zeros(codes, device=pipe.device)
-
     def restart_dead_codes(step):
-        # Codes no batch has used for about ``vq_restart_every`` steps (their decayed usage below
-        # 0.05) move to random current encoder outputs.
         with torch.no_grad():
-            used = recent["codes"].reshape(-1)
-            usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=pipe.device))
-            if (step + 1) % hyper.vq_restart_every == 0:
+            if recent:
+                used = recent["codes"].reshape(-1)
+                usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=device))
+            if (step + 1) % hyper.vq_restart_every == 0 and recent:
                 dead = (usage < 0.05).nonzero()[:, 0]
                 if len(dead):
                     lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
-                    pick = torch.randint(len(lat), (len(dead),), device=pipe.device)
+                    pick = torch.randint(len(lat), (len(dead),), device=device)
                     vq.quantize.embedding.weight[dead] = lat[pick]
                     usage[dead] = 1.0
+        if on_step is not None:
+            on_step(step)
 
-    stats = train(
-        name,
-        vq,
-        loss_fn,
-        pipe.budget.vq_steps,
-        pipe.run / f"{name}.ckpt",
-        lr=hyper.vq_lr,
-        every=pipe.budget.checkpoint_every,
-        on_step=restart_dead_codes,
-    )
-    return vq.eval(), stats
+    return train(name, vq, loss_fn, steps, checkpoint, lr=hyper.vq_lr, every=every, on_step=restart_dead_codes)
 
 
 @torch.no_grad()
@@ -109,7 +150,7 @@ def vq_quality(pipe, vq) -> dict:
     from mulo.models.upsample import PixelUpsampler
     from mulo.models.vq import VQTokenizer
 
-    tok = VQTokenizer(vq.eval())
+    tok = VQTokenizer(vq.eval(), pipe.recipe.hyper.vq_tile)
     val = np.flatnonzero(pipe.data.is_val)
     # in chunks of images: the whole validation split at 128 px through the VQ at once takes tens of GB
     chunks = [val[i : i + QUALITY_CHUNK] for i in range(0, len(val), QUALITY_CHUNK)]
@@ -147,7 +188,7 @@ def referee_match(pipe, vq) -> float:
     from mulo.eval.referee import Referee
     from mulo.models.vq import VQTokenizer
 
-    tok, d = VQTokenizer(vq.eval()), pipe.data
+    tok, d = VQTokenizer(vq.eval(), pipe.recipe.hyper.vq_tile), pipe.data
     referee = Referee(pipe.scene_stream.sheet.subset(pipe.recipe.scenes.names))
     val = np.flatnonzero(d.is_val)
     matched = 0
@@ -164,5 +205,6 @@ def oracle(pipe, vq) -> list[dict]:
     from mulo.eval.ceilings import oracle_table
     from mulo.models.vq import VQTokenizer
 
-    rows = oracle_table(VQTokenizer(vq.eval()), pipe.data.val.scales, pipe.budget.oracle_images, pipe.recipe.px)
+    tok = VQTokenizer(vq.eval(), pipe.recipe.hyper.vq_tile)
+    rows = oracle_table(tok, pipe.data.val.scales, pipe.budget.oracle_images, pipe.recipe.px)
     return [{k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
