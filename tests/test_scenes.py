@@ -201,7 +201,7 @@ def test_seeds_and_indices_give_different_layouts(sheet, stream):
     assert stream.scene(7) == scenes.SceneStream(stream.config, sheet, seed=0).scene(7)  # a scene is its index
 
 
-@pytest.mark.parametrize("placement", ["free", "slots"])
+@pytest.mark.parametrize("placement", ["free", "slots", "tiles"])
 def test_objects_never_overlap_and_scales_agree(sheet, placement):
     config = scenes.SceneConfig(placement=placement, vocabulary=48)
     stream = scenes.SceneStream(config, sheet, seed=3)
@@ -214,8 +214,12 @@ def test_objects_never_overlap_and_scales_agree(sheet, placement):
             assert 0 <= a.x <= 96 and 0 <= a.y <= 96
             for b in scene.objects[i + 1 :]:
                 assert abs(a.x - b.x) >= 40 or abs(a.y - b.y) >= 40  # 32 px squares, 8 px apart
-    assert corners <= set(config.positions())  # slots: 3 x 3 cells; free: every 8 px, 13 x 13
-    assert len(corners) == 9 if placement == "slots" else len(corners) >= 150
+    assert corners <= set(config.positions())  # slots: 3 x 3 cells; tiles: 4 x 4; free: every 8 px, 13 x 13
+    assert len(corners) == {"slots": 9, "tiles": 16}.get(placement, len(corners)) and len(corners) >= 9
+    if placement == "tiles":  # each object inside one 32 px tile, never next to another (diagonals too)
+        assert all(x % 32 == 0 and y % 32 == 0 for x, y in corners)
+    if placement == "free":
+        assert len(corners) >= 150
     images = stream.render(stream.scene(0))
     big = images[128].astype(float)
     for px in (64, 32):

@@ -48,11 +48,17 @@ TRAIN, HELD_OUT = "train", "held_out"
 SUPERSAMPLE = 4  # sprites are rendered this many times larger, then box-filtered
 
 
+PLACEMENTS = ("free", "slots", "tiles")
+
+
 @dataclass(frozen=True)
 class SceneConfig:
     canvas: int = 128
     object_px: int = 32  # <= 8 x 8 tokens of 4 px
-    placement: str = "free"  # "free": any multiple of ``step``; "slots": a coarse grid of cells
+    # "free": any multiple of ``step``; "slots": a coarse grid of cells ``gap`` apart; "tiles": the
+    # grid of ``object_px`` squares, so an object never straddles two tiles of a VQ that reads
+    # ``object_px`` tiles (``gap`` then keeps two objects a cell apart, diagonals included)
+    placement: str = "free"
     step: int = 8  # px between free positions (a multiple of canvas / smallest scale keeps the scales aligned)
     gap: int = 8  # px at least between two objects' squares (and, for slots, from the edge)
     vocabulary: int = len(VOCABULARY)  # the first N of ``VOCABULARY``
@@ -68,8 +74,8 @@ class SceneConfig:
     scales: tuple[int, ...] = (128, 64, 32)  # the target's canvas and the r = 2, r = 4 drafters'
 
     def __post_init__(self):
-        if self.placement not in ("free", "slots"):
-            raise ValueError(f"placement must be 'free' or 'slots', not {self.placement!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(map(repr, PLACEMENTS))}, not {self.placement!r}")
         if not 1 <= self.min_objects <= self.max_objects:
             raise ValueError(f"objects per scene: {self.min_objects} to {self.max_objects} is not a range")
         if not 2 <= self.vocabulary <= len(VOCABULARY):
@@ -87,6 +93,8 @@ class SceneConfig:
         """Every top-left corner an object may take."""
         if self.placement == "free":
             axis = range(0, self.canvas - self.object_px + 1, self.step)
+        elif self.placement == "tiles":
+            axis = range(0, self.canvas - self.object_px + 1, self.object_px)
         else:  # as many cells as fit with ``gap`` between them and around them, centred
             pitch = self.object_px + self.gap
             count = (self.canvas - self.gap) // pitch

@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--scenes", type=int, default=3072)
     parser.add_argument("--eval-every", type=int, default=250)
+    parser.add_argument("--placement", default="free", help="the scenes' placement (SceneConfig.placement)")
     parser.add_argument(
         "--art", type=int, default=0, help="emoji drawn at this many px, then enlarged to 32 px by repeating pixels"
     )
@@ -66,7 +67,7 @@ def main() -> None:
     folder = Path("runs/scenes-vq") / args.name
     folder.mkdir(parents=True, exist_ok=True)
 
-    config = scenes.SceneConfig()
+    config = scenes.SceneConfig(placement=args.placement)
     sheet = scenes.sprites(CACHE, config.object_px, config.canvas)
     if args.art:  # pixel art: fewer distinct 4 px patches for the VQ to tell apart
         small = scenes.sprites(CACHE, args.art, config.canvas)
@@ -75,7 +76,8 @@ def main() -> None:
         sheet = scenes.Sprites(small.names, small.styles, big, config.canvas)
     stream = scenes.SceneStream(config, sheet, seed=0)
     referee = Referee(sheet.subset(config.names))
-    cache = Path("runs/scenes-vq") / f"data-{args.scenes}{f'-art{args.art}' if args.art else ''}.npz"
+    variant = (f"-art{args.art}" if args.art else "") + ("" if args.placement == "free" else f"-{args.placement}")
+    cache = Path("runs/scenes-vq") / f"data-{args.scenes}{variant}.npz"
     if not cache.exists():
         rendered = [stream.render(s) for s in stream.scenes(0, args.scenes)]
         np.savez(cache, **{str(px): np.stack([r[px] for r in rendered]) for px in config.scales})
@@ -91,7 +93,9 @@ def main() -> None:
     tile = args.tile
     hyper = replace(Hyper(), vq_lr=args.lr, vq_tile=tile, vq_busy=args.busy)
     images = [data[px] for px in sorted(data, reverse=True)]
-    windows = Windows(images, np.random.default_rng(0), crop=max(data), tile=tile, busy=args.busy, grid=8)
+    # windows on the sprites' grid; with objects on the tiles' grid, the tiles themselves
+    grid = tile if args.placement == "tiles" else 8
+    windows = Windows(images, np.random.default_rng(0), crop=max(data), tile=tile, busy=args.busy, grid=grid)
     whole = [int(n) for n in args.whole.split(",")]
     if not tile:  # whole images: the given count at each size
         windows.counts = lambda batch: whole
