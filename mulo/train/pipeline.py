@@ -171,9 +171,10 @@ class Pipeline:
         vq.load_state_dict(state)
         return vq.to(self.device).eval()
 
-    def tokenizer(self, name: str = "vq.pt") -> VQTokenizer:
-        """``load_vq(name)`` as the family reads images with it (tiled when the recipe's VQ is)."""
-        return VQTokenizer(self.load_vq(name), self.recipe.hyper.vq_tile)
+    def tokenizer(self, name: str = "vq.pt", vq: VQModel | None = None) -> VQTokenizer:
+        """``vq`` (default: ``load_vq(name)``) as the family reads images with it (tiled when the
+        recipe's VQ is)."""
+        return VQTokenizer(vq if vq is not None else self.load_vq(name), self.recipe.hyper.vq_tile)
 
     # -- driver ----------------------------------------------------------------------------------
     def stages(self) -> dict:

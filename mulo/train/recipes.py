@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from diffusers import VQModel
-
 from mulo.models.gpt import GPTConfig
 from mulo.train.scenes import SceneConfig
 
@@ -154,10 +152,6 @@ def vq_config(codes: int, patch: int = 4, **overrides) -> dict:
     if config.get("norm_type") == "spatial":
         config["vq_embed_dim"] = config["latent_channels"]
     return config
-
-
-def build_vq(codes: int, patch: int = 4, **overrides) -> VQModel:
-    return VQModel(**vq_config(codes, patch, **overrides))
 
 
 @dataclass(frozen=True)
@@ -446,7 +440,7 @@ RECIPES["scenes"] = Recipe(
 )
 
 # Not yet runnable as intended: no VQ trained on this CPU yet draws the objects well enough for the
-# referee (the best, 1,000 tiled steps: 0.17 of held-out scenes; benchmarks/scenes-vq-study.json).
+# referee (the best, 1,750 tiled steps: 0.43 of held-out scenes; benchmarks/scenes-vq-study.json).
 # The short study before the full run (issue 63): candidates that differ from ``scenes`` in one
 # thing each, trained end to end at one budget of <= 30 CPU-minutes (``STUDY_SCENES``) with one
 # codebook, and compared by AR's prompt match per CPU-minute and by how much of the drafters'

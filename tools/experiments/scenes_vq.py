@@ -6,8 +6,10 @@ sees whole scenes at inference and windows in training, and 32 codes draw too li
 emoji (benchmarks/scenes-vq-probe.json). A candidate here varies the codebook, the widths and how
 it reads an image: ``--tile 32`` trains on 32 px windows aligned to the sprites' 8 px grid and
 encodes/decodes every image as 32 px tiles (so what it sees at inference is what it trained on);
-``--tile 0`` trains and reads whole images. ``--busy`` is the share of windows drawn among those
-that hold part of an object (flat windows cost as much and teach little).
+``--tile 0`` trains and reads whole images, ``--batch`` split equally over the three sizes (the
+runs of 2026-11-28 took 8 / 4 / 4 at 128 / 64 / 32 px, their losses weighted by count).
+``--busy`` is the share of windows drawn among those that hold part of an object (flat windows
+cost as much and teach little).
 
     python tools/experiments/scenes_vq.py --name t32-c512 --codes 512 --steps 1500
     (resumes from runs/scenes-vq/<name>/ when stopped; the log is runs/scenes-vq/<name>/log.json)
@@ -52,9 +54,8 @@ def main() -> None:
     parser.add_argument("--busy", type=float, default=0.75)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument(
-        "--batch", type=int, default=48, help="windows a step (--tile): spread over the sizes by their tiles"
+        "--batch", type=int, default=48, help="windows a step: by the tiles each size holds (--tile), else equally"
     )
-    parser.add_argument("--whole", default="8,4,4", help="without --tile: whole images a step at 128, 64, 32 px")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--scenes", type=int, default=3072)
     parser.add_argument("--eval-every", type=int, default=250)
@@ -96,10 +97,6 @@ def main() -> None:
     # windows on the sprites' grid; with objects on the tiles' grid, the tiles themselves
     grid = tile if args.placement == "tiles" else 8
     windows = Windows(images, np.random.default_rng(0), crop=max(data), tile=tile, busy=args.busy, grid=grid)
-    whole = [int(n) for n in args.whole.split(",")]
-    if not tile:  # whole images: the given count at each size
-        windows.counts = lambda batch: whole
-    batch = args.batch if tile else sum(whole)
 
     log_path = folder / "log.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else {"args": vars(args), "evals": []}
@@ -131,7 +128,7 @@ def main() -> None:
         if (step + 1) % args.eval_every == 0 and not any(e["step"] == step + 1 for e in log["evals"]):
             evaluate(step + 1)
 
-    stats = fit_vq(args.name, vq, windows, batch, args.steps, folder / "vq.ckpt", hyper, 100, on_step)
+    stats = fit_vq(args.name, vq, windows, args.batch, args.steps, folder / "vq.ckpt", hyper, 100, on_step)
     log["stats"] = {k: v for k, v in stats.items() if k in ("seconds", "final_loss")}
     if not any(e["step"] == args.steps for e in log["evals"]):
         evaluate(args.steps)

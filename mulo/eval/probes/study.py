@@ -81,7 +81,7 @@ def study(pipe: Pipeline, n_prompts: int = 24, seeds: int = 5) -> dict:
 def vq_ceiling(pipe: Pipeline, vq_file: str = "vq.pt") -> dict:
     """The card's ceilings (``family_eval.ceilings``) for ``vq_file``'s tokenizer on the card's evaluation
     prompts, with the reconstructions' PSNR and the tokenizer's geometry."""
-    tok = pipe.tokenizer(vq_file)
+    tok = pipe.tokenizer(name=vq_file)
     prompts = family_eval.eval_prompts(pipe.data, pipe.budget.eval_prompts)
     quality = family_eval.reference(pipe.data, pipe.load_clip(), prompts)
     scores = family_eval.ceilings(tok, quality, family_eval.real_images(pipe.data, quality.keys))

@@ -102,9 +102,9 @@ class Windows:
 
 def fit_vq(name: str, vq: VQModel, windows: Windows, batch: int, steps: int, checkpoint, hyper, every, on_step=None):
     """Train ``vq`` on ``windows`` (``batch`` a step): MSE + ``hyper.vq_l1_weight`` L1 +
-    commitment; codes no batch has used for about
-    ``hyper.vq_restart_every`` steps move to random current encoder outputs. ``on_step(step)``
-    runs after each step (an evaluation). Resumable: ``loop.train``'s checkpoint."""
+    commitment; codes no batch has used for about ``hyper.vq_restart_every`` steps move to random
+    current encoder outputs. ``on_step(step)`` runs after each step (an evaluation). Resumable:
+    ``loop.train``'s checkpoint."""
     device = vq.quantize.embedding.weight.device
     codes = vq.quantize.embedding.weight.shape[0]
     recent = {}  # the largest size's last encoder outputs and codes, for dead-code restarts
@@ -127,16 +127,15 @@ def fit_vq(name: str, vq: VQModel, windows: Windows, batch: int, steps: int, che
         return total
 
     def restart_dead_codes(step):
+        # (no codes yet when a tiled step's draw left the largest size out from the first step)
         with torch.no_grad():
             if recent:
                 used = recent["codes"].reshape(-1)
                 usage.mul_(0.99).index_add_(0, used, torch.ones(used.numel(), device=device))
-            if (step + 1) % hyper.vq_restart_every == 0 and recent:
-                dead = (usage < 0.05).nonzero()[:, 0]
+                dead = (usage < 0.05).nonzero()[:, 0] if (step + 1) % hyper.vq_restart_every == 0 else []
                 if len(dead):
                     lat = recent["latents"].permute(0, 2, 3, 1).reshape(-1, recent["latents"].shape[1])
-                    pick = torch.randint(len(lat), (len(dead),), device=device)
-                    vq.quantize.embedding.weight[dead] = lat[pick]
+                    vq.quantize.embedding.weight[dead] = lat[torch.randint(len(lat), (len(dead),), device=device)]
                     usage[dead] = 1.0
         if on_step is not None:
             on_step(step)
@@ -148,9 +147,8 @@ def fit_vq(name: str, vq: VQModel, windows: Windows, batch: int, steps: int, che
 def vq_quality(pipe, vq) -> dict:
     from mulo.eval.ceilings import upsampling_agreement
     from mulo.models.upsample import PixelUpsampler
-    from mulo.models.vq import VQTokenizer
 
-    tok = VQTokenizer(vq.eval(), pipe.recipe.hyper.vq_tile)
+    tok = pipe.tokenizer(vq=vq.eval())
     val = np.flatnonzero(pipe.data.is_val)
     # in chunks of images: the whole validation split at 128 px through the VQ at once takes tens of GB
     chunks = [val[i : i + QUALITY_CHUNK] for i in range(0, len(val), QUALITY_CHUNK)]
@@ -186,9 +184,8 @@ def referee_match(pipe, vq) -> float:
     family's referee (``mulo.eval.referee``) finds to match their prompts: what an AR model of
     this tokenizer can reach at best (the real scenes score 1)."""
     from mulo.eval.referee import Referee
-    from mulo.models.vq import VQTokenizer
 
-    tok, d = VQTokenizer(vq.eval(), pipe.recipe.hyper.vq_tile), pipe.data
+    tok, d = pipe.tokenizer(vq=vq.eval()), pipe.data
     referee = Referee(pipe.scene_stream.sheet.subset(pipe.recipe.scenes.names))
     val = np.flatnonzero(d.is_val)
     matched = 0
@@ -203,8 +200,6 @@ def referee_match(pipe, vq) -> float:
 def oracle(pipe, vq) -> list[dict]:
     """The oracle MuLo-SD table (``mulo.eval.ceilings.oracle_table``) of ``vq`` on validation emoji."""
     from mulo.eval.ceilings import oracle_table
-    from mulo.models.vq import VQTokenizer
 
-    tok = VQTokenizer(vq.eval(), pipe.recipe.hyper.vq_tile)
-    rows = oracle_table(tok, pipe.data.val.scales, pipe.budget.oracle_images, pipe.recipe.px)
+    rows = oracle_table(pipe.tokenizer(vq=vq.eval()), pipe.data.val.scales, pipe.budget.oracle_images, pipe.recipe.px)
     return [{k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
