@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--stages", help="comma-separated subset of stages")
     tr.add_argument(
+        "--vq",
+        type=Path,
+        metavar="FILE",
+        help="the VQ stage takes these weights (a VQModel state dict of the recipe's architecture, e.g. "
+        "runs/scenes-vq/NAME/vq.pt) instead of training one: study candidates share a VQ this way",
+    )
+    tr.add_argument(
         "--adopt",
         type=Path,
         metavar="FOLDER",
@@ -378,6 +385,8 @@ def cmd_train(args) -> int:
     check_output_dir("--assets", args.assets)
     if args.cache:
         check_output_dir("--cache", args.cache)
+    if args.vq and not args.vq.is_file():
+        raise UsageError(f"--vq {args.vq}: no such file")
     if args.adopt and not (args.adopt / "training_report.json").is_file():
         raise UsageError(f"--adopt {args.adopt}: not an exported family (no training_report.json there)")
 
@@ -386,10 +395,12 @@ def cmd_train(args) -> int:
 
     if args.family not in RECIPES:
         raise UsageError(f"no recipe {args.family!r}; recipes: {', '.join(RECIPES)}")
+    if args.vq:  # before the data stage's minutes: a file of another VQ fails now
+        pipeline.check_vq(RECIPES[args.family], args.vq)
     logging.getLogger("mulo").setLevel(logging.INFO)
     only = args.stages.split(",") if args.stages else None
     report = pipeline.run(
-        args.family, args.run_dir, args.assets, args.smoke, args.device, only, args.cache, adopt=args.adopt
+        args.family, args.run_dir, args.assets, args.smoke, args.device, only, args.cache, adopt=args.adopt, vq=args.vq
     )
     print(json.dumps(report, indent=1))
     return 0

@@ -88,6 +88,8 @@ NO_MPS = "no MPS device is available"
         (["train", "twemoji", "--cache", "{file}"], "error: --cache {file} is a file, not a directory"),
         (["train", "emoji-16", "--stages", "vq,targt"], "error: unknown stage targt: the stages are data, clip"),
         (["train", "twemoj"], "error: no recipe 'twemoj'; recipes: twemoji, "),
+        (["train", "scenes", "--vq", "{tmp}/vq.pt"], "error: --vq {tmp}/vq.pt: no such file"),
+        (["train", "scenes", "--vq", "{file}"], "error: --vq {file}: not the weights of a VQ (UnpicklingError)"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(args, message, tmp_path, monkeypatch, capsys):

@@ -50,7 +50,9 @@ def test_graphs_need_fixed_shapes_and_a_known_mode(toy):
 
 
 def test_a_failed_capture_falls_back_to_eager_and_says_why(toy):
-    runner = ModelRunner(toy.target, toy.condition("red apple", 0), 1.0, 1.0, 0, 1.0, fixed_shapes=True, graphs="emulate")
+    runner = ModelRunner(
+        toy.target, toy.condition("red apple", 0), 1.0, 1.0, 0, 1.0, fixed_shapes=True, graphs="emulate"
+    )
     reference = copy.deepcopy(runner)
     reference.graphs = None
 

@@ -14,6 +14,8 @@ from diffusers import VQModel
 
 from mulo import scenes as lang
 from mulo.eval.referee import Sprites
+from mulo.models.patch_vq import PatchTokenizer
+from mulo.models.vq import build_model
 from mulo.train import recipes
 from mulo.train import scenes as train_scenes
 from tests.helpers import check_oracle_table
@@ -47,7 +49,9 @@ def test_fresh_training_scenes_never_repeat_and_never_hold_out(tmp_path, cache):
     recipe = recipes.RECIPES["scenes"]
     pipe = pipeline.Pipeline(tmp_path / "run", tmp_path / "assets", recipe, recipe.smoke, cache=cache)
     torch.manual_seed(0)
-    torch.save(VQModel(**pipe.vq_config(32)).state_dict(), pipe.run / "vq.pt")  # any VQ of the recipe encodes
+    vq = build_model(pipe.vq_config(32))  # any codebook of the recipe's kind encodes: random squares
+    vq.squares = torch.rand(32, 48, generator=torch.Generator().manual_seed(0))
+    torch.save(vq.state_dict(), pipe.run / "vq.pt")
     store = SceneTokens(pipe)
     pool = planned(pipe.budget)  # what the budget's stages read: the tokens stage encodes this many
     assert pool == 12 and pipe.budget.scene_chunk == 8
@@ -167,6 +171,7 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
 
     assets = tmp_path / "assets"
     report = pipeline.run("scenes", tmp_path / "run", assets, smoke=True, cache=cache)
+    vq_file = tmp_path / "run" / "vq.pt"
     assert set(recipes.STAGES) <= set(report)
     recipe = recipes.RECIPES["scenes"]
     study = report["vq_study"]["candidates"]
@@ -188,7 +193,7 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     # the family from the smoke run's assets: every method runs, the referee judges its images
     family = family_mod.build("scenes", assets)
     assert family.grid == (32, 32) and set(family.drafters) == {2, 4} and family.eagle_head is not None
-    assert family.vq.tile == recipe.hyper.vq_tile == 32  # the exported VQ reads scenes as it trained: tiles
+    assert isinstance(family.vq, PatchTokenizer) and family.vq.tile == 4  # squares of pixels, each its own
     engine = Engine(family)
     prompt = "red apple and rocket on blue"
     for method in methods.REGISTRY:
@@ -198,6 +203,18 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     assert verdict.sentence().startswith(("matches the prompt", "does not match the prompt"))
     with pytest.raises(ValueError, match="nearest known: rocket"):
         engine.generate("rockit on blue", "ar", 0)
+    # a second run takes the first's VQ (``train --vq``, how the study's candidates share one) and
+    # judges it on the same held-out scenes; a file of another architecture is refused
+    again = pipeline.run(
+        "scenes", tmp_path / "again", tmp_path / "a2", True, only=["data", "vq"], cache=cache, vq=vq_file
+    )
+    assert again["vq"]["adopted_from"] == str(vq_file) and again["vq"]["codes"] == report["vq"]["codes"]
+    assert again["vq"]["val_referee_match"] == report["vq"]["val_referee_match"]
+    assert again["vq"]["val_psnr_128px"] == report["vq"]["val_psnr_128px"]
+    other = tmp_path / "other.pt"
+    torch.save(VQModel(**recipes.vq_config(8)).state_dict(), other)  # a conv VQ, not squares of pixels
+    with pytest.raises(ValueError, match="not a VQ of the scenes recipe's architecture"):
+        pipeline.run("scenes", tmp_path / "third", tmp_path / "a3", True, only=["data", "vq"], cache=cache, vq=other)
 
 
 def test_the_study_table_reads_each_candidate_s_run(tmp_path, capsys):
@@ -207,7 +224,7 @@ def test_the_study_table_reads_each_candidate_s_run(tmp_path, capsys):
     (run / "assets").mkdir(parents=True)
     report = {
         "clip": {"seconds": 50, "stage_seconds": 60},
-        "vq": {"seconds": 100, "stage_seconds": 120, "val_referee_match": 0.99},
+        "vq": {"stage_seconds": 120, "val_referee_match": 0.99, "adopted_from": "runs/scenes-vq/a/vq.pt"},
         "target": {"seconds": 600, "stage_seconds": 600, "val_loss": 1.1, "train_loss": 1.0},
         "card": {"stage_seconds": 900},  # the evaluation is not training time
     }
@@ -219,6 +236,7 @@ def test_the_study_table_reads_each_candidate_s_run(tmp_path, capsys):
     row = json.loads((tmp_path / "study.json").read_text())["rows"][0]
     assert row["cpu_minutes"] == 13.0 and row["ar_match_per_cpu_minute"] == round(0.6 / 13, 5)
     assert row["differs"] == "objects 24 px (6x6 tokens)" and row["held_out_over_train_loss"] == 1.1
+    assert row["vq"] == "runs/scenes-vq/a/vq.pt"  # the shared VQ's file (``train --vq``)
     assert (row["mulo_r2_acceptance"], row["mulo_r2_reopened"], row["mulo_r4_acceptance"]) == (0.8, 0.3, None)
     assert "| scenes-s24 | objects 24 px (6x6 tokens) | 13.0 | 0.6 |" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # not a run folder: one error line, exit 2

@@ -54,7 +54,11 @@ def test_an_alias_renders_its_parent_flipped():
 def test_a_tall_icon_renders_square_and_centred():
     """Fluent draws some emoji 32x33 and Twemoji one flag 36x25.22: every render must still be
     px x px (the data set stacks them), the drawing centred in it."""
-    tall = {"icons": {"bar": {"body": '<rect x="0" y="0" width="16" height="32" fill="#f00"/>'}}, "width": 16, "height": 32}
+    tall = {
+        "icons": {"bar": {"body": '<rect x="0" y="0" width="16" height="32" fill="#f00"/>'}},
+        "width": 16,
+        "height": 32,
+    }
     image = styles.render_at(styles.icon_svg(tall, "bar"), 32)
     assert image.shape == (32, 32, 3)
     red = (image[..., 0] > 200) & (image[..., 1] < 60)

@@ -173,14 +173,13 @@ def test_each_recipe_s_vq_encodes_its_three_sizes_to_its_grids():
     """A recipe's patch sets its VQ's depth: emoji-16-128's 8-px patches turn 128, 64 and 32 px into
     the 16x16, 8x8 and 4x4 grids that emoji-16's 4-px patches make of 64, 32 and 16 px."""
     import torch
-    from diffusers import VQModel
 
-    from mulo.models.vq import VQTokenizer
+    from mulo.models.vq import build_model, make_tokenizer
     from mulo.train import recipes
 
     for name, recipe in recipes.RECIPES.items():
-        vq = VQModel(**recipes.vq_config(recipe.vq_codes[0], recipe.patch, **recipe.vq_model))
-        tok = VQTokenizer(vq, recipe.hyper.vq_tile)
+        vq = build_model(recipes.vq_config(recipe.vq_codes[0], recipe.patch, **recipe.vq_model))
+        tok = make_tokenizer(vq, recipe.hyper.vq_tile)
         grids = [tok.encode(torch.rand(1, 3, px, px)).shape[-1] for px in recipe.sizes]
         assert grids == [recipe.grid(stage) for stage in ("target", "drafter_r2", "drafter_r4")], name
     assert recipes.RECIPES["emoji-16-128"].grid("target") == recipes.RECIPES["emoji-16"].grid("target") == 16

@@ -97,7 +97,40 @@ def test_a_tiled_vq_trains_on_its_windows_and_resumes(tmp_path):
     assert seen == list(range(4, 12))
 
 
-def test_the_scenes_recipe_reads_scenes_as_tiles_with_a_spatial_decoder():
-    recipe = RECIPES["scenes"]
-    assert recipe.hyper.vq_tile == 32 and recipe.vq_model.get("norm_type") == "spatial"
-    assert all(not r.hyper.vq_tile for name, r in RECIPES.items() if not r.scenes)  # the others: whole images
+def test_the_scenes_recipe_reads_squares_of_pixels_and_the_others_whole_images():
+    scenes_recipe = RECIPES["scenes"]
+    assert scenes_recipe.vq_model == {"kind": "patches"} and not scenes_recipe.hyper.vq_tile
+    assert vq_config(1024, 4, **scenes_recipe.vq_model) == {"kind": "patches", "patch": 4, "codes": 1024}
+    assert all(not r.hyper.vq_tile for r in RECIPES.values())  # no VQModel recipe reads tiles now
+
+
+def test_a_folded_vq_reads_each_token_s_pixels_as_channels_and_learns(tmp_path):
+    """``fold=4``: one block at the token grid, 48 channels in and out; the tokenizer still maps
+    a 4 px patch to a token, tiles stay independent, and a few steps of ``fit_vq`` lower its error."""
+    from mulo.models.vq import folded
+
+    config = vq_config(16, 4, fold=4, block_out_channels=(32,), norm_num_groups=8, latent_channels=8)
+    assert (config["in_channels"], config["block_out_channels"], len(config["up_block_types"])) == (48, (32,), 1)
+    with pytest.raises(ValueError, match="block widths"):
+        vq_config(16, 4, fold=4)  # three widths for one block
+    with pytest.raises(ValueError, match="folds 1, 2 or 4"):
+        vq_config(16, 4, fold=8)
+    assert vq_config(16, 8, fold=4, block_out_channels=(32,))["block_out_channels"] == (32, 32)  # one halving left
+    torch.manual_seed(0)
+    vq = VQModel(**config)
+    tok = VQTokenizer(vq.eval(), 32)
+    assert folded(vq) == 4 and tok.downsample == 4
+    images = scenes(6, 64, busy_every=2)
+    codes = tok.encode(images)
+    assert codes.shape == (6, 16, 16)
+    # a change inside one 32 px tile changes no token of the other tiles
+    moved = images.clone()
+    moved[:, :, 40:44, 40:44] = 1.0
+    changed = (tok.encode(moved) != codes).any(0)
+    assert not changed[:8].any() and not changed[:, :8].any()  # other tiles: untouched
+    before = float(((tok.decode(codes) - images) ** 2).mean())
+    hyper = replace(Hyper(), vq_tile=32, vq_busy=0.5, vq_lr=3e-3)
+    windows = Windows([images], np.random.default_rng(0), crop=32, tile=32, busy=0.5)
+    fit_vq("vq", vq, windows, 4, 10, tmp_path / "vq.ckpt", hyper, every=100)
+    tok = VQTokenizer(vq.eval(), 32)
+    assert float(((tok.decode(tok.encode(images)) - images) ** 2).mean()) < before

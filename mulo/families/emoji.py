@@ -18,7 +18,6 @@ import json
 from pathlib import Path
 
 import torch
-from diffusers import VQModel
 from safetensors.torch import load_file
 
 from mulo import families
@@ -29,7 +28,7 @@ from mulo.models.eagle import EagleHead
 from mulo.models.gpt import GPT, GPTConfig
 from mulo.models.text import MiniCLIP, words
 from mulo.models.upsample import TokenUpsampler
-from mulo.models.vq import VQTokenizer
+from mulo.models.vq import VQTokenizer, build_model, make_tokenizer
 
 FILES = ("clip", "vq", "target", "drafter_r2", "drafter_r4", "draft_model", "upsampler_r2", "upsampler_r4")
 
@@ -50,12 +49,12 @@ def _gpt(folder: Path, name: str) -> GPT:
 
 def load_vq(folder: Path) -> VQTokenizer:
     """The tokenizer of ``vq.json`` / ``vq.safetensors`` in ``folder`` (the family's, or a run's
-    export): the ``VQModel`` arguments, and ``tile`` when the VQ reads images as tiles."""
+    export): the ``VQModel`` arguments, and ``tile`` when the VQ reads images as tiles; or a
+    codebook of pixel squares (``mulo.models.patch_vq``)."""
     config, state = load_weights(folder, "vq")
-    tile = config.pop("tile", 0)
-    model = VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+    model = build_model(config)
     model.load_state_dict(state)
-    return VQTokenizer(model.eval(), tile)
+    return make_tokenizer(model.eval(), config.get("tile", 0))
 
 
 class PromptConditioner:

@@ -9,12 +9,25 @@ emoji scenes' VQ: it trained on such windows, and diffusers' VQModel normalises 
 over whatever it is given, so a whole 128 px scene, mostly flat background, is not what it
 learnt; benchmarks/scenes-vq-probe.json). A token then depends on its own tile only, and a
 changed token redraws its own tile only.
+
+A *folded* VQ (``in_channels`` 3 f^2) reads each f x f square of pixels as one position of
+3 f^2 channels (``pixel_unshuffle``) and draws them back (``pixel_shuffle``): with f = 4 its
+convolutions all run at the token grid, as wide as the finest layer of an unfolded one costs,
+and its last layer writes each token's 4 x 4 pixels directly, where an unfolded decoder must
+learn them through nearest-neighbour up-sampling (the scenes' VQ; benchmarks/scenes-vq-study.json).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from diffusers import VQModel
+import torch.nn.functional as F
+
+from mulo.models.patch_vq import PatchCodebook, PatchTokenizer
+
+if TYPE_CHECKING:  # importing diffusers takes seconds: a family of pixel squares never needs it
+    from diffusers import VQModel
 
 
 class VQTokenizer:
@@ -22,7 +35,7 @@ class VQTokenizer:
 
     def __init__(self, model: VQModel, tile: int = 0):
         self.model = model.eval()
-        self.downsample = 2 ** (len(model.config.block_out_channels) - 1)
+        self.downsample = pixels_per_token(model)
         if tile and tile % self.downsample:
             raise ValueError(f"a VQ tile of {tile} px is not a multiple of its downsampling {self.downsample}")
         self.tile = tile  # px; 0: whole images
@@ -48,7 +61,7 @@ class VQTokenizer:
         latents = self.model.quantize.get_codebook_entry(
             tiles.to(self.codebook.device).reshape(-1), (*tiles.shape, dim)
         )
-        pixels = self.model.decode(latents.to(self.codebook.dtype), force_not_quantize=True).sample
+        pixels = draw(self.model, latents.to(self.codebook.dtype))
         pixels = join(pixels, b, h * self.downsample, w * self.downsample)
         return (pixels.float() * 0.5 + 0.5).clamp(0, 1)
 
@@ -58,10 +71,52 @@ class VQTokenizer:
         if h % self.downsample or w % self.downsample:
             raise ValueError(f"image size {h}x{w} is not a multiple of the VQ downsampling {self.downsample}")
         tiles = split(images * 2 - 1, self.tile)
-        latents = self.model.encode(tiles.to(self.codebook.device, self.codebook.dtype)).latents
+        latents = read(self.model, tiles.to(self.codebook.device, self.codebook.dtype))
         _, _, (_, _, indices) = self.model.quantize(latents)
         grid = indices.reshape(latents.shape[0], 1, latents.shape[2], latents.shape[3])
         return join(grid, b, h // self.downsample, w // self.downsample).squeeze(1)
+
+
+def build_model(config: dict) -> VQModel | PatchCodebook:
+    """The VQ of an exported or recipe config: a ``VQModel`` (its arguments), or a codebook of
+    pixel squares (``{"kind": "patches", "patch": p, "codes": n}``)."""
+    if config.get("kind") == "patches":
+        return PatchCodebook(config["codes"], config["patch"])
+    from diffusers import VQModel
+
+    return VQModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k != "tile"})
+
+
+def make_tokenizer(model: VQModel | PatchCodebook, tile: int = 0) -> VQTokenizer | PatchTokenizer:
+    return PatchTokenizer(model) if isinstance(model, PatchCodebook) else VQTokenizer(model, tile)
+
+
+def codes_in(state: dict) -> int:
+    """The codebook size of a VQ's state dict (either kind)."""
+    book = state["squares"] if "squares" in state else state["quantize.embedding.weight"]
+    return int(book.shape[0])
+
+
+def folded(model: VQModel) -> int:
+    """f: the side of the pixel squares a folded VQ reads as one position (1: not folded)."""
+    return round((model.config.in_channels / 3) ** 0.5)
+
+
+def pixels_per_token(model: VQModel) -> int:
+    return folded(model) * 2 ** (len(model.config.block_out_channels) - 1)
+
+
+def read(model: VQModel, images: torch.Tensor) -> torch.Tensor:
+    """Images in [-1, 1] -> the encoder's latents (before quantisation)."""
+    f = folded(model)
+    return model.encode(F.pixel_unshuffle(images, f) if f > 1 else images).latents
+
+
+def draw(model: VQModel, latents: torch.Tensor) -> torch.Tensor:
+    """Quantised latents -> images in about [-1, 1]."""
+    f = folded(model)
+    pixels = model.decode(latents, force_not_quantize=True).sample
+    return F.pixel_shuffle(pixels, f) if f > 1 else pixels
 
 
 def split(x: torch.Tensor, tile: int) -> torch.Tensor:

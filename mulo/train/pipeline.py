@@ -6,8 +6,9 @@ its own module of ``mulo/train/stages/``:
   data       npm package(s) -> images (at the three sizes) + texts (train / val split)   here
              (scenes: a few thousand composed scenes + the held-out-combination scenes)
   clip       mini-CLIP (text transformer + image CNN on 64 px), contrastive          stages/clip.py
-  vq         diffusers VQModel, 4x downsampling, one codebook for the three sizes;    stages/vq.py
-             with several candidate codebook sizes, each is trained and the oracle MuLo-SD picks one
+  vq         diffusers VQModel (scenes: pixel squares), 4x downsampling, one codebook  stages/vq.py
+             for the three sizes; with several candidate codebook sizes, each is trained
+             and the oracle MuLo-SD picks one
   tokens     every image encoded at the three sizes; text conditions precomputed      stages/tokens.py
              (scenes: also the fresh training scenes, in chunks)               stages/scene_tokens.py
   target, drafter_r2, drafter_r4, draft_model   AR models on the target grid, /2, /4,  stages/ar.py
@@ -33,7 +34,7 @@ from diffusers import VQModel
 
 from mulo.engine import Engine
 from mulo.models.text import MiniCLIP
-from mulo.models.vq import VQTokenizer
+from mulo.models.vq import VQTokenizer, build_model, codes_in, make_tokenizer
 from mulo.scenes import parse_prompt
 from mulo.train import data as data_mod
 from mulo.train import styles
@@ -64,8 +65,9 @@ class Pipeline:
     """One family's run: its folder, recipe, budget and report, the data and models the stages
     share, and the stages in order (each in its own module), every one skipped once done."""
 
-    def __init__(self, run_dir, assets, recipe: Recipe, budget: Budget, device: str = "cpu", seed: int = 0, cache=None):
+    def __init__(self, run_dir, assets, recipe: Recipe, budget: Budget, device="cpu", seed=0, cache=None, vq_from=None):
         self.run, self.assets, self.recipe, self.budget = Path(run_dir), Path(assets), recipe, budget
+        self.vq_from = Path(vq_from) if vq_from else None  # a VQ trained elsewhere (``stages.vq.adopt_vq``)
         self.device = device
         default_cache = "styles" if recipe.styles or recipe.scenes else "twemoji"
         self.cache = Path(cache) if cache else Path.home() / ".cache" / "mulo" / default_cache
@@ -160,21 +162,21 @@ class Pipeline:
         return clip.to(self.device).eval()
 
     def vq_config(self, codes: int) -> dict:
-        """The ``VQModel`` arguments of this recipe's VQ with ``codes`` codes."""
+        """The config of this recipe's VQ with ``codes`` codes (``mulo.models.vq.build_model``)."""
         return vq_config(codes, self.recipe.patch, **self.recipe.vq_model)
 
     def load_vq(self, name: str = "vq.pt") -> VQModel:
         """The VQ weights ``name`` in the run folder (a study candidate's too: its codebook size is
         read off the weights)."""
         state = torch.load(self.run / name, map_location="cpu", weights_only=True)
-        vq = VQModel(**self.vq_config(state["quantize.embedding.weight"].shape[0]))
+        vq = build_model(self.vq_config(codes_in(state)))
         vq.load_state_dict(state)
         return vq.to(self.device).eval()
 
     def tokenizer(self, name: str = "vq.pt", vq: VQModel | None = None) -> VQTokenizer:
         """``vq`` (default: ``load_vq(name)``) as the family reads images with it (tiled when the
         recipe's VQ is)."""
-        return VQTokenizer(vq if vq is not None else self.load_vq(name), self.recipe.hyper.vq_tile)
+        return make_tokenizer(vq if vq is not None else self.load_vq(name), self.recipe.hyper.vq_tile)
 
     # -- driver ----------------------------------------------------------------------------------
     def stages(self) -> dict:
@@ -279,8 +281,13 @@ class Pipeline:
         card.write_model_card(self.assets, self.report, metrics, asdict(self.budget), sizes, recipe, geometry)
 
 
+def check_vq(recipe: Recipe, path) -> None:
+    """A ValueError unless ``path`` holds a VQ of ``recipe``'s kind and architecture (``train --vq``)."""
+    vq_stage.load_foreign_vq(recipe, path)
+
+
 def run(
-    family="twemoji", run_dir=None, assets=None, smoke=False, device="cpu", only=None, cache=None, adopt=None
+    family="twemoji", run_dir=None, assets=None, smoke=False, device="cpu", only=None, cache=None, adopt=None, vq=None
 ) -> dict:
     unknown = [stage for stage in only or () if stage not in STAGES]
     if unknown:
@@ -289,7 +296,7 @@ def run(
     run_dir = run_dir or Path("runs") / family
     assets = assets or Path("assets") / family
     budget = replace(recipe.smoke if smoke else recipe.budget)
-    pipeline = Pipeline(Path(run_dir), Path(assets), recipe, budget, device, cache=cache)
+    pipeline = Pipeline(Path(run_dir), Path(assets), recipe, budget, device, cache=cache, vq_from=vq)
     if adopt is not None:
         adopt_assets(pipeline, Path(adopt))
     return pipeline.run_all(only)

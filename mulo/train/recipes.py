@@ -136,12 +136,24 @@ def vq_config(codes: int, patch: int = 4, **overrides) -> dict:
     halves the image, so 4-px patches take three blocks and 8-px ones a fourth, as wide as the last.
     ``overrides``: other ``VQModel`` arguments (a recipe's ``vq_model``). The decoder's spatial
     normalisation (``norm_type="spatial"``) modulates every norm by the quantised latents, which
-    diffusers takes at ``latent_channels`` dims: the codebook's vectors get as many."""
+    diffusers takes at ``latent_channels`` dims: the codebook's vectors get as many. ``fold=f``
+    (2 or 4): a folded VQ (``mulo.models.vq``), f x f pixels a position, one block fewer per halving
+    it saves (f = 4 at 4-px patches: one block, every layer at the token grid). ``kind="patches"``:
+    no ``VQModel`` but a k-means codebook of pixel squares (``mulo.models.patch_vq``)."""
+    if overrides.get("kind") == "patches":  # a codebook of pixel squares (``mulo.models.patch_vq``)
+        return {"kind": "patches", "patch": patch, "codes": codes}
+    config = {**VQ_CONFIG, **overrides}
+    fold = config.pop("fold", 1)  # a folded VQ (``mulo.models.vq``): f x f pixels a position
     blocks = patch.bit_length()
     if patch < 4 or patch != 2 ** (blocks - 1):
         raise ValueError(f"the VQ's patch must be a power of two of at least 4 pixels, not {patch}")
-    config = {**VQ_CONFIG, **overrides}
+    if fold not in (1, 2, 4) or fold > patch:
+        raise ValueError(f"a VQ folds 1, 2 or 4 pixels a side into channels, at most its patch, not {fold}")
+    blocks -= fold.bit_length() - 1
+    config.update(in_channels=3 * fold * fold, out_channels=3 * fold * fold)
     channels = tuple(config["block_out_channels"])
+    if len(channels) > blocks:
+        raise ValueError(f"{len(channels)} block widths {channels} for a VQ of {blocks} blocks")
     channels = channels + channels[-1:] * (blocks - len(channels))
     config.update(
         block_out_channels=channels,
@@ -172,6 +184,10 @@ class Hyper:
     vq_tile: int = 0
     vq_busy: float = 0.0
     vq_restart_every: int = 100  # steps between dead-code restarts
+    # A codebook of pixel squares (``vq_model={"kind": "patches"}``): k-means over this many squares
+    # of the training images at the three sizes, ``vq_busy`` of them not one flat colour
+    patch_squares: int = 300_000
+    patch_iterations: int = 15
     ar_lr: float = 1.5e-3  # the target and the drafters
     draft_model_lr: float = 2e-3
     upsampler_lr: float = 2e-3
@@ -200,7 +216,9 @@ class Recipe:
     # Composed scenes (``mulo.train.scenes``) instead of a data set of emoji images: the AR,
     # up-sampler and EAGLE stages draw fresh scenes by index (``stages/scene_tokens.py``)
     scenes: SceneConfig | None = None
-    vq_model: dict = field(default_factory=dict)  # ``VQModel`` arguments other than ``VQ_CONFIG``'s
+    # ``VQModel`` arguments other than ``VQ_CONFIG``'s, or {"kind": "patches"}: a k-means codebook of
+    # pixel squares instead (``mulo.models.patch_vq``; ``Hyper.patch_*``)
+    vq_model: dict = field(default_factory=dict)
 
     @property
     def sizes(self) -> tuple[int, int, int]:
@@ -406,14 +424,17 @@ FULL_SCENES = replace(
 # 2.5; encoding 0.52 s a scene. Unloaded: target 2.1 h, tokens (164,000 scenes) 1.0 h, VQ (two
 # codebooks) 0.7 h, drafters 0.6 h, card 0.4 h (the smoke card's seconds per image, 120 prompts),
 # the rest 0.45 h. The scaling assumes every stage slows alike under load: measure again unloaded.
-# Since then the VQ became tiled with a spatial decoder: 1.3 s a step alone, two codebooks 0.87 h.
+# Since then the VQ became a codebook of pixel squares: both candidates fitted and evaluated in 695 s
+# (benchmarks/scenes-vq-study.json, pipeline_stage), and encoding a scene costs a distance search,
+# not a conv net: the tokens stage's hour (rendering and encoding) is to be measured again.
 RECIPES["scenes"] = Recipe(
     "scenes",
     px=128,
     svg=True,
-    # 512 codes drew as well as 4,096 at step 500 of the tiled VQ (25.8 / 25.7 dB); the study rule
-    # prefers the smaller when it draws within PSNR_SLACK (benchmarks/scenes-vq-study.json)
-    vq_codes=(256, 512),
+    # k-means codebooks of 1,024 and 4,096 pixel squares keep the referee at 0.99 and 1.0 of held-out
+    # scenes (fitted on 128 px squares alone; benchmarks/scenes-vq-study.json): both are candidates,
+    # and the study rule (the referee's bar, then the oracle) picks one
+    vq_codes=(1024, 4096),
     budget=FULL_SCENES,
     smoke=replace(
         SMOKE,
@@ -432,15 +453,17 @@ RECIPES["scenes"] = Recipe(
     target=SCENES_TARGET,
     draft_model=SCENES_DRAFT_MODEL,
     scenes=SceneConfig(),
-    # read and drawn as 32 px tiles, learnt on such windows (75 % of them holding part of an object),
-    # decoded with spatial normalisation: 26.4 dB after 1,000 steps where whole scenes reached 16-18 dB
-    # in as many CPU-seconds (benchmarks/scenes-vq-study.json)
-    hyper=replace(Hyper(), vq_tile=32, vq_busy=0.75),
-    vq_model={"norm_type": "spatial"},
+    # A codebook of 4 px pixel squares, not a VQModel: the best conv VQ trained here (tiled, spatial
+    # decoder, 3,000 steps, 65 CPU-minutes) drew the objects at 17.5 dB and kept the referee at 0.59,
+    # flattening, where k-means of the squares takes a minute (benchmarks/scenes-vq-study.json).
+    # k-means sees 75 % squares that are not one flat colour.
+    hyper=replace(Hyper(), vq_busy=0.75),
+    vq_model={"kind": "patches"},
 )
 
-# Not yet runnable as intended: no VQ trained on this CPU yet draws the objects well enough for the
-# referee (the best, 1,750 tiled steps: 0.43 of held-out scenes; benchmarks/scenes-vq-study.json).
+# Not yet sized right: the target's step measured 8 s alone at this width and batch (1,024 codes; 14 s
+# at 4,096), so a candidate's 600 target steps alone take ~80 minutes, and FULL_SCENES's 5,000 far more
+# than its estimate (docs/notebook/session-2026-11-29-squares.md). Both are to be re-sized by measurement.
 # The short study before the full run (issue 63): candidates that differ from ``scenes`` in one
 # thing each, trained end to end at one budget of <= 30 CPU-minutes (``STUDY_SCENES``) with one
 # codebook, and compared by AR's prompt match per CPU-minute and by how much of the drafters'
@@ -475,7 +498,7 @@ for _name, (_, _scene, _models) in STUDY_CANDIDATES.items():
     RECIPES[_name] = replace(
         RECIPES["scenes"],
         family=_name,
-        vq_codes=(512,),
+        vq_codes=(1024,),
         budget=STUDY_SCENES,
         scenes=replace(RECIPES["scenes"].scenes, **_scene),
         **_models,

@@ -88,7 +88,9 @@ def main(argv=None) -> int:
     parser.add_argument("--family", default="twemoji")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--methods", default=",".join(methods.names()))
-    parser.add_argument("--reference", type=Path, help="the CPU's tokens (prepare.py); written here with --make-reference")
+    parser.add_argument(
+        "--reference", type=Path, help="the CPU's tokens (prepare.py); written here with --make-reference"
+    )
     parser.add_argument("--make-reference", action="store_true", help="compute the CPU's tokens and write --reference")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)

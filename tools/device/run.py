@@ -123,7 +123,9 @@ def checks(run: Run, until: float, family: str, device: str) -> str:
     codes = []
     if not run.smoke:  # the gpu tests skip on a CPU: the smoke run does not spend its time on them
         # the GPU tests' modules alone: the others import what the machine lacks (gradio, playwright)
-        gpu_tests = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py") if "mark.gpu" in p.read_text())
+        gpu_tests = sorted(
+            str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py") if "mark.gpu" in p.read_text()
+        )
         pytest = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *gpu_tests]
         codes.append(run.sh("pytest -m gpu", pytest, min(60, until - time.monotonic())))
     out = run.out / "checks.json"
@@ -339,7 +341,9 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=540, help="seconds for the whole run (default 540)")
     parser.add_argument("--family", default="twemoji", help="the family checked and measured (default twemoji)")
     parser.add_argument("--train", default="emoji", help="the family trained (default emoji, the largest recipe)")
-    parser.add_argument("--train-budget", type=float, help="at most this many seconds of training (default: what is left)")
+    parser.add_argument(
+        "--train-budget", type=float, help="at most this many seconds of training (default: what is left)"
+    )
     parser.add_argument("--skip", default="", help="comma-separated steps to skip (e.g. checks,measure)")
     parser.add_argument("--run-dir", type=Path, help="the training run folder (default runs/device-TRAIN)")
     parser.add_argument("--resume", type=Path, help="the resume point's parts (default tools/resume/TRAIN, committed)")
@@ -349,7 +353,9 @@ def main(argv=None) -> int:
     if args.out is None and not args.unpack_only:
         parser.error("--out is needed where $OUT is not set")
     if args.unpack_only:  # a committed resume point back into a run folder (``--resume``'s parts)
-        unpack(sorted((args.resume or ROOT / "tools" / "resume" / args.train).glob("resume.tar.part*")), args.unpack_only)
+        unpack(
+            sorted((args.resume or ROOT / "tools" / "resume" / args.train).glob("resume.tar.part*")), args.unpack_only
+        )
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if args.pack_only:  # a CPU run's resume point, to commit (tools/resume/FAMILY/), as a device call packs one

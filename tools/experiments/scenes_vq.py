@@ -8,7 +8,9 @@ it reads an image: ``--tile 32`` trains on 32 px windows aligned to the sprites'
 encodes/decodes every image as 32 px tiles (so what it sees at inference is what it trained on);
 ``--tile 0`` trains and reads whole images, ``--batch`` split equally over the three sizes (the
 runs of 2026-11-28 took 8 / 4 / 4 at 128 / 64 / 32 px, their losses weighted by count).
-``--busy`` is the share of windows drawn among those that hold part of an object (flat windows
+``--fold 4`` reads each 4 x 4 pixel square as one position of 48 channels (``mulo.models.vq``:
+every layer at the token grid, the last one writing a token's pixels directly; ``--widths`` then
+names one width). ``--busy`` is the share of windows drawn among those that hold part of an object (flat windows
 cost as much and teach little).
 
     python tools/experiments/scenes_vq.py --name t32-c512 --codes 512 --steps 1500
@@ -49,6 +51,9 @@ def main() -> None:
     parser.add_argument("--codes", type=int, default=512)
     parser.add_argument("--widths", default="32,64,64")
     parser.add_argument("--embed", type=int, default=8)
+    parser.add_argument(
+        "--fold", type=int, default=1, help="pixels a side read as one position (4: every layer at the token grid)"
+    )
     parser.add_argument("--norm", default="group", choices=("group", "spatial"), help="the decoder's normalisation")
     parser.add_argument("--tile", type=int, default=32)
     parser.add_argument("--busy", type=float, default=0.75)
@@ -90,7 +95,7 @@ def main() -> None:
 
     widths = tuple(int(w) for w in args.widths.split(","))
     model = {"block_out_channels": widths, "vq_embed_dim": args.embed, "norm_num_groups": min(16, widths[0])}
-    vq = VQModel(**vq_config(args.codes, 4, **model, norm_type=args.norm))
+    vq = VQModel(**vq_config(args.codes, 4, **model, norm_type=args.norm, fold=args.fold))
     tile = args.tile
     hyper = replace(Hyper(), vq_lr=args.lr, vq_tile=tile, vq_busy=args.busy)
     images = [data[px] for px in sorted(data, reverse=True)]

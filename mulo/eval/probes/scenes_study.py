@@ -7,6 +7,9 @@ folders. Run the candidates first (each <= 30 CPU-minutes on 2 cores), then the 
     done
     python -m mulo scenes-study runs/study/scenes-* --json benchmarks/scenes-study.json
 
+Each candidate fits its own codebook of pixel squares (a minute); ``train --vq FILE`` makes them
+share one instead, and the "VQ" column names that file ("own" otherwise).
+
 Per candidate: its training time (every stage but the card, CPU-minutes), AR's prompt match by
 the referee (all prompts, the multi-object ones, the held-out combinations) and that match per
 CPU-minute; how much of the drafters' layout the target accepts (MuLo-SD's acceptance and the
@@ -44,6 +47,7 @@ def row(run: Path) -> dict:
         "ar_match_per_cpu_minute": round(ar["adherence"] / max(minutes, 1e-9), 5),
         "ar_fd": ar["fd"],
         "vq_referee_match": report.get("vq", {}).get("val_referee_match"),
+        "vq": report.get("vq", {}).get("adopted_from", "own"),
         "held_out_over_train_loss": round(target["val_loss"] / target["train_loss"], 3)
         if target.get("train_loss")
         else None,
@@ -70,6 +74,7 @@ COLUMNS = (
     ("mulo_r4_reopened", "r4 re-opened"),
     ("held_out_over_train_loss", "held-out / train loss"),
     ("vq_referee_match", "VQ referee"),
+    ("vq", "VQ"),
 )
 
 

@@ -25,6 +25,7 @@ from mulo.train.stages.card_text import (
     teacher_forcing,
     text_mix,
     vq_study_section,
+    vq_text,
 )
 
 # The card's prose with ``${name}`` fields (``string.Template``), package data beside this module.
@@ -48,7 +49,7 @@ def write_model_card(
     fields = {
         **model_fields(recipe, budget, geometry),
         **data_fields(report, geometry),
-        "intended_use": intended_use(report, recipe["vq"]["num_vq_embeddings"]),
+        "intended_use": intended_use(report, report["vq"]["codes"]),
         "size_rows": "\n".join(f"| {name} | {fmt(mb)} |" for name, mb in sizes.items()),
         "storage_text": storage_text(geometry.get("int8_models", ()), geometry["family"]),
         "budget_json": json.dumps(budget),
@@ -92,11 +93,7 @@ def model_fields(recipe: dict, budget: dict, geometry: dict) -> dict:
         **{name: f"{side // f}x{side // f}" for name, f in (("grid_target", 1), ("grid_r2", 2), ("grid_r4", 4))},
         "name_text_prob": recipe["name_text_prob"],
         "cfg_dropout": f"{recipe['cfg_dropout']:.0%}",
-        "vq_channels": tuple(vq["block_out_channels"]),
-        "codes": vq["num_vq_embeddings"],
-        "code_dim": vq["vq_embed_dim"],
-        "vq_l1_weight": hyper["vq_l1_weight"],
-        "vq_crop": hyper["vq_crop"],
+        "vq_text": vq_text(vq, hyper, px, side),
         "target_dim": target["dim"],
         "target_layers": target["n_layer"],
         "target_heads": target["n_head"],

@@ -75,6 +75,27 @@ def vq_study_section(study: dict, chosen: int, rule: str) -> str:
     return "\n".join(lines)
 
 
+def vq_text(vq: dict, hyper: dict, px: int, side: int) -> str:
+    """The card's sentence on the VQ: a codebook of pixel squares or a ``diffusers.VQModel``."""
+    sizes = f"{px} px ({side}x{side} tokens), {px // 2} px and {px // 4} px"
+    if vq.get("kind") == "patches":
+        p = vq["patch"]
+        return (
+            f"a codebook of {vq['codes']} RGB squares of {p}x{p} pixels (`mulo.models.patch_vq`), one for {sizes}: a "
+            f"token is the nearest square and draws exactly that square, nothing around it. k-means++ seeds, then "
+            f"{hyper['patch_iterations']} Lloyd iterations over {hyper['patch_squares']:,} squares of the training "
+            f"images at the three sizes, {hyper['vq_busy']:.0%} of them not one flat colour."
+        )
+    tiles = f" Read and drawn as {hyper['vq_tile']} px tiles." if hyper.get("vq_tile") else ""
+    return (
+        f"`diffusers.VQModel`, channels {tuple(vq['block_out_channels'])}, {px // side}x downsampling, "
+        f"{vq['num_vq_embeddings']} codes of "
+        f"dimension {vq['vq_embed_dim']}, one codebook for {sizes}; MSE + {hyper['vq_l1_weight']} L1 + commitment "
+        f"loss, images larger than {hyper['vq_crop']} px seen as random {hyper['vq_crop']} px crops, dead codes "
+        f"restarted from encoder outputs.{tiles}"
+    )
+
+
 def study_rule(px: int) -> str:
     """The VQ study's rule (``recipes.choose_codebook``) in words, for the study's section."""
     setting = ", ".join(f"{k} = {v}" for k, v in STUDY_SETTING.items())

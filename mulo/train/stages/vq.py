@@ -1,25 +1,32 @@
-"""The VQ stage of the emoji families' training (``mulo.train.pipeline.Pipeline``): one
-``diffusers.VQModel`` per candidate codebook size, its reconstruction quality and, with several
-candidates, the oracle MuLo-SD that ``recipes.choose_codebook`` picks the family's codebook by."""
+"""The VQ stage of the emoji families' training (``mulo.train.pipeline.Pipeline``): one VQ per
+candidate codebook size (a trained ``diffusers.VQModel``, or for the scenes a k-means codebook of
+pixel squares, ``mulo.models.patch_vq``), its reconstruction quality and, with several candidates,
+the oracle MuLo-SD that ``recipes.choose_codebook`` picks the family's codebook by."""
 
 from __future__ import annotations
 
 import shutil
+import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from diffusers import VQModel
 
+from mulo.models.patch_vq import PatchCodebook, fit_codebook, image_squares
+from mulo.models.vq import build_model, codes_in, draw, read
 from mulo.train.loop import train
-from mulo.train.recipes import choose_codebook
+from mulo.train.recipes import choose_codebook, vq_config
 
 QUALITY_CHUNK = 256  # validation images per VQ call in ``vq_quality``
+FLAT_SPREAD = 1 / 255  # a square whose channels vary less than this is one flat colour
 
 
 def stage_vq(pipe) -> None:
     """One VQ per candidate codebook size; with several, the oracle MuLo-SD of each goes into
     the report (``vq_study``) and ``choose_codebook`` picks the family's."""
+    if pipe.vq_from is not None:
+        return adopt_vq(pipe)
     candidates = pipe.recipe.vq_codes
     study = pipe.report.get("vq_study", {}).get("candidates", {})
     for codes in candidates:
@@ -43,7 +50,37 @@ def stage_vq(pipe) -> None:
     pipe.record("vq", codes=chosen, **summary)
 
 
-def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
+def adopt_vq(pipe) -> None:
+    """The VQ trained elsewhere (``train --vq FILE``) as the family's, judged like a trained one:
+    runs that should differ only in what comes after the VQ share one this way."""
+    vq = load_foreign_vq(pipe.recipe, pipe.vq_from)
+    torch.save(vq.state_dict(), pipe.run / "vq.pt")
+    vq = vq.to(pipe.device).eval()
+    quality = vq_quality(pipe, vq)
+    if pipe.recipe.scenes:
+        quality["val_referee_match"] = referee_match(pipe, vq)
+    pipe.record("vq", codes=codes_in(vq.state_dict()), adopted_from=str(pipe.vq_from), **quality)
+
+
+def load_foreign_vq(recipe, source) -> VQModel | PatchCodebook:
+    """``source``'s weights in a VQ of ``recipe``'s kind and architecture (any codebook size), or a
+    ValueError that says why not (``train --vq`` checks its file with this before training)."""
+    try:
+        state = torch.load(source, map_location="cpu", weights_only=True)
+        codes = codes_in(state)
+    except Exception as exc:  # not a torch file, or not a VQ's state dict
+        raise ValueError(f"--vq {source}: not the weights of a VQ ({type(exc).__name__})") from exc
+    vq = build_model(vq_config(codes, recipe.patch, **recipe.vq_model))
+    own = vq.state_dict()
+    if set(state) != set(own) or any(state[k].shape != v.shape for k, v in own.items()):
+        raise ValueError(f"--vq {source}: not a VQ of the {recipe.family} recipe's architecture")
+    vq.load_state_dict(state)
+    return vq
+
+
+def train_vq(pipe, codes: int, name: str) -> tuple[VQModel | PatchCodebook, dict]:
+    if pipe.recipe.vq_model.get("kind") == "patches":
+        return fit_patch_vq(pipe, codes)
     torch.manual_seed(pipe.seed)
     vq = VQModel(**pipe.vq_config(codes)).to(pipe.device)
     train_idx = np.flatnonzero(~pipe.data.is_val)
@@ -54,6 +91,32 @@ def train_vq(pipe, codes: int, name: str) -> tuple[VQModel, dict]:
         name, vq, windows, 3 * b, pipe.budget.vq_steps, pipe.run / f"{name}.ckpt", hyper, pipe.budget.checkpoint_every
     )
     return vq.eval(), stats
+
+
+def fit_patch_vq(pipe, codes: int) -> tuple[PatchCodebook, dict]:
+    """A codebook of pixel squares (``mulo.models.patch_vq``): k-means over ``Hyper.patch_squares``
+    squares drawn alike from every square of the training images at the three sizes, ``vq_busy``
+    of them not one flat colour: flat squares are most of a scene and a handful of codes draws
+    them all."""
+    start = time.perf_counter()
+    hyper, rng = pipe.recipe.hyper, pipe.rng("vq")
+    train_idx = np.flatnonzero(~pipe.data.is_val)
+    squares = torch.cat([image_squares(pipe.images_at(px, train_idx), pipe.recipe.patch) for px in pipe.recipe.sizes])
+    flat = squares.reshape(len(squares), 3, -1).std(dim=2).amax(dim=1) < FLAT_SPREAD
+    busy_idx, flat_idx = torch.nonzero(~flat)[:, 0].numpy(), torch.nonzero(flat)[:, 0].numpy()
+    want = min(len(busy_idx), round(hyper.patch_squares * hyper.vq_busy))
+    picked = np.concatenate(
+        [
+            rng.choice(busy_idx, size=want, replace=False),
+            rng.choice(flat_idx, size=min(len(flat_idx), hyper.patch_squares - want), replace=False),
+        ]
+    )
+    generator = torch.Generator().manual_seed(pipe.seed)
+    book = PatchCodebook(codes, pipe.recipe.patch)
+    book.squares = fit_codebook(squares[picked].to(pipe.device), codes, hyper.patch_iterations, generator)
+    seconds = round(time.perf_counter() - start, 1)
+    stats = {"seconds": seconds, "squares": len(picked), "busy_squares": want, "iterations": hyper.patch_iterations}
+    return book.eval(), stats
 
 
 class Windows:
@@ -116,9 +179,9 @@ def fit_vq(name: str, vq: VQModel, windows: Windows, batch: int, steps: int, che
             if not count:
                 continue
             x = windows.draw(size, count).to(device) * 2 - 1
-            latents = vq.encode(x).latents
+            latents = read(vq, x)
             quant, commit_loss, (_, _, used) = vq.quantize(latents)
-            recon = vq.decode(quant, force_not_quantize=True).sample
+            recon = draw(vq, quant)
             loss = F.mse_loss(recon, x) + hyper.vq_l1_weight * F.l1_loss(recon, x) + commit_loss
             # tiled: each size by its share of the windows; else the sizes' losses summed, as ever
             total = total + (loss * count / batch if windows.tile else loss)
