@@ -178,9 +178,10 @@ class Hyper:
     vq_lr: float = 1e-3
     vq_l1_weight: float = 0.5  # VQ loss: MSE + this x L1 + commitment
     vq_crop: int = 32  # the VQ trains on images above this size as random crops of it
-    # A tiled VQ (the scenes'): it trains on ``vq_tile`` px windows and reads and draws every image as
-    # such tiles (``VQTokenizer``'s ``tile``), so inference sees what training saw; 0: whole images.
-    # ``vq_busy``: the share of a batch's windows drawn among those holding part of an object.
+    # A tiled VQ (tools/experiments/scenes_vq.py's): it trains on ``vq_tile`` px windows and reads and
+    # draws every image as such tiles (``VQTokenizer``'s ``tile``), so inference sees what training saw;
+    # 0: whole images. ``vq_busy``: the share of a batch's windows drawn among those holding part of an
+    # object (for a codebook of squares: of the squares k-means sees, those not one flat colour).
     vq_tile: int = 0
     vq_busy: float = 0.0
     vq_restart_every: int = 100  # steps between dead-code restarts
