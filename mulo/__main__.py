@@ -106,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--vq",
         type=Path,
         metavar="FILE",
-        help="the VQ stage takes these weights (a VQModel state dict of the recipe's architecture, e.g. "
-        "runs/scenes-vq/NAME/vq.pt) instead of training one: study candidates share a VQ this way",
+        help="the VQ stage takes these weights (a VQ state dict of the recipe's kind and architecture, e.g. "
+        "another run's vq.pt) instead of training one: runs that differ only after the VQ share one this way",
     )
     tr.add_argument(
         "--adopt",

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mulo.models.patch_vq import PatchCodebook, PatchTokenizer, fit_codebook, image_squares
-from mulo.models.vq import VQTokenizer, build_model, codes_in, make_tokenizer
+from mulo.models.patch_vq import PatchCodebook, fit_codebook, image_squares
+from mulo.models.vq import PatchTokenizer, VQTokenizer, build_model, codes_in, make_tokenizer
 
 PATCH = 4
 

@@ -14,8 +14,7 @@ from diffusers import VQModel
 
 from mulo import scenes as lang
 from mulo.eval.referee import Sprites
-from mulo.models.patch_vq import PatchTokenizer
-from mulo.models.vq import build_model
+from mulo.models.vq import PatchTokenizer, build_model
 from mulo.train import recipes
 from mulo.train import scenes as train_scenes
 from tests.helpers import check_oracle_table

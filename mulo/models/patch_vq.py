@@ -8,7 +8,8 @@ of 4,096 squares keeps the referee's prompt match at 1.0 on held-out scenes wher
 ``VQModel`` (a conv autoencoder), trained for 65 CPU-minutes on this machine, reached 0.59 and was
 flattening (benchmarks/scenes-vq-study.json).
 
-The codebook is ``PatchCodebook.squares``: ``[codes, 3 * patch * patch]`` pixels in [0, 1], each
+``mulo.models.vq.PatchTokenizer`` reads and draws images with it. The codebook is
+``PatchCodebook.squares``: ``[codes, 3 * patch * patch]`` pixels in [0, 1], each
 row in ``pixel_unshuffle``'s order (channel, then row, then column within the square), which is
 also the codebook MuLo-SD's neighbour pooling reads: nearby codes look alike.
 """
@@ -40,43 +41,6 @@ def nearest_rows(book: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     # |x - c|^2 less |x|^2, which is the same for every c
     found = [(norms - 2 * chunk @ book.T).argmin(1) for chunk in rows.split(DISTANCE_ROWS)]
     return torch.cat(found) if found else torch.zeros(0, dtype=torch.long, device=book.device)
-
-
-class PatchTokenizer:
-    """Images in [0, 1] ``[B, 3, h, w]`` <-> token grids ``[B, h / p, w / p]`` (int64), the
-    interface of ``mulo.models.vq.VQTokenizer``."""
-
-    def __init__(self, model: PatchCodebook):
-        self.model = model.eval()
-        self.downsample = model.patch
-        self.tile = model.patch  # px: what a token's pixels depend on
-
-    @property
-    def codebook(self) -> torch.Tensor:
-        return self.model.squares
-
-    @property
-    def vocab_size(self) -> int:
-        return self.codebook.shape[0]
-
-    @property
-    def device(self) -> torch.device:
-        return self.codebook.device
-
-    @torch.no_grad()
-    def encode(self, images: torch.Tensor) -> torch.Tensor:
-        b, _, h, w = images.shape
-        p = self.downsample
-        if h % p or w % p:
-            raise ValueError(f"image size {h}x{w} is not a multiple of the VQ downsampling {p}")
-        squares = image_squares(images.to(self.device, self.codebook.dtype), p)
-        return self.model.nearest(squares).reshape(b, h // p, w // p)
-
-    @torch.no_grad()
-    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
-        b, h, w = tokens.shape
-        squares = self.codebook[tokens.to(self.device)]  # [B, H, W, 3 p^2]
-        return F.pixel_shuffle(squares.permute(0, 3, 1, 2), self.downsample).float().clamp(0, 1)
 
 
 def image_squares(images: torch.Tensor, patch: int) -> torch.Tensor:

@@ -24,14 +24,29 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from mulo.models.patch_vq import PatchCodebook, PatchTokenizer
+from mulo.models.patch_vq import PatchCodebook, image_squares
 
 if TYPE_CHECKING:  # importing diffusers takes seconds: a family of pixel squares never needs it
     from diffusers import VQModel
 
 
-class VQTokenizer:
-    """Images in [0, 1] ``[B, 3, h, w]`` <-> token grids ``[B, H, W]`` (int64)."""
+class Tokenizer:
+    """Images in [0, 1] ``[B, 3, h, w]`` <-> token grids ``[B, H, W]`` (int64) through a codebook:
+    what both kinds of VQ share (``codebook`` is each kind's own)."""
+
+    codebook: torch.Tensor
+
+    @property
+    def vocab_size(self) -> int:
+        return self.codebook.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.codebook.device
+
+
+class VQTokenizer(Tokenizer):
+    """A ``diffusers.VQModel``'s tokenizer, whole images or tiles."""
 
     def __init__(self, model: VQModel, tile: int = 0):
         self.model = model.eval()
@@ -43,14 +58,6 @@ class VQTokenizer:
     @property
     def codebook(self) -> torch.Tensor:
         return self.model.quantize.embedding.weight
-
-    @property
-    def vocab_size(self) -> int:
-        return self.codebook.shape[0]
-
-    @property
-    def device(self) -> torch.device:
-        return self.codebook.device
 
     @torch.no_grad()
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -75,6 +82,34 @@ class VQTokenizer:
         _, _, (_, _, indices) = self.model.quantize(latents)
         grid = indices.reshape(latents.shape[0], 1, latents.shape[2], latents.shape[3])
         return join(grid, b, h // self.downsample, w // self.downsample).squeeze(1)
+
+
+class PatchTokenizer(Tokenizer):
+    """A codebook of pixel squares' tokenizer (``mulo.models.patch_vq``): a token is the nearest
+    square and draws exactly that square."""
+
+    def __init__(self, model: PatchCodebook):
+        self.model = model.eval()
+        self.downsample = model.patch
+        self.tile = model.patch  # px: what a token's pixels depend on
+
+    @property
+    def codebook(self) -> torch.Tensor:
+        return self.model.squares
+
+    @torch.no_grad()
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = images.shape
+        p = self.downsample
+        if h % p or w % p:
+            raise ValueError(f"image size {h}x{w} is not a multiple of the VQ downsampling {p}")
+        squares = image_squares(images.to(self.device, self.codebook.dtype), p)
+        return self.model.nearest(squares).reshape(b, h // p, w // p)
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        squares = self.codebook[tokens.to(self.device)]  # [B, H, W, 3 p^2]
+        return F.pixel_shuffle(squares.permute(0, 3, 1, 2), self.downsample).float().clamp(0, 1)
 
 
 def build_model(config: dict) -> VQModel | PatchCodebook:

@@ -89,10 +89,9 @@ def vq_text(vq: dict, hyper: dict, px: int, side: int) -> str:
     tiles = f" Read and drawn as {hyper['vq_tile']} px tiles." if hyper.get("vq_tile") else ""
     return (
         f"`diffusers.VQModel`, channels {tuple(vq['block_out_channels'])}, {px // side}x downsampling, "
-        f"{vq['num_vq_embeddings']} codes of "
-        f"dimension {vq['vq_embed_dim']}, one codebook for {sizes}; MSE + {hyper['vq_l1_weight']} L1 + commitment "
-        f"loss, images larger than {hyper['vq_crop']} px seen as random {hyper['vq_crop']} px crops, dead codes "
-        f"restarted from encoder outputs.{tiles}"
+        f"{vq['num_vq_embeddings']} codes of dimension {vq['vq_embed_dim']}, one codebook for {sizes}; "
+        f"MSE + {hyper['vq_l1_weight']} L1 + commitment loss, images larger than {hyper['vq_crop']} px seen as "
+        f"random {hyper['vq_crop']} px crops, dead codes restarted from encoder outputs.{tiles}"
     )
 
 
