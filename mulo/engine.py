@@ -34,12 +34,12 @@ class Result:
 
 
 def versions() -> dict[str, str]:
-    import diffusers
+    from importlib.metadata import version  # diffusers' own import takes seconds; its version does not
 
     return {
         "mulo": mulo.__version__,
         "torch": torch.__version__,
-        "diffusers": diffusers.__version__,
+        "diffusers": version("diffusers"),
         "python": platform.python_version(),
     }
 

@@ -47,6 +47,27 @@ def tiny_gpt(
     return init_random_(GPT(config), seed, std=std).eval()
 
 
+def tiny_vq_model(seed: int = 4, codes: int = 128):
+    """A random ``diffusers.VQModel`` of 4 px tokens (three blocks of 16 channels), for the tests
+    of the conv VQ's tokenizer; the toy family's VQ is a codebook of squares."""
+    from diffusers import VQModel
+
+    with torch.random.fork_rng():  # diffusers initialises from the global RNG
+        torch.manual_seed(seed)
+        model = VQModel(
+            block_out_channels=(16, 16, 16),
+            down_block_types=("DownEncoderBlock2D",) * 3,
+            up_block_types=("UpDecoderBlock2D",) * 3,
+            layers_per_block=1,
+            latent_channels=4,
+            num_vq_embeddings=codes,
+            vq_embed_dim=4,
+            norm_num_groups=8,
+        )
+        torch.nn.init.normal_(model.quantize.embedding.weight)
+    return model
+
+
 def run_method(fn, family, cond, seed: int, **knobs):
     """Run a method generator directly (no engine, no VQ); returns (tokens [H, W], rounds, ctx)."""
     config = GenerationConfig.from_dict(knobs)

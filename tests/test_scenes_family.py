@@ -118,6 +118,11 @@ def test_the_referee_judges_through_the_family_s_quality_hook(tmp_path):
     blank[:] = lang.PALETTE[shown[0].background]
     scores = quality.score(blank, quality.keys)
     assert scores["adherence"] == 0.0 and scores["fd"] > 0
+    # the parts of a match: every emoji and background on the real scenes; none found on a blank
+    # canvas of the first scene's colour, whose background is right for the scenes asking for it
+    assert quality.parts(real, quality.keys) == {"objects_found": 1.0, "background_right": 1.0}
+    asked_colour = np.mean([s.background == shown[0].background for s in shown])
+    assert quality.parts(blank, quality.keys) == {"objects_found": 0.0, "background_right": round(asked_colour, 4)}
     names = [o.name for o in shown[0].objects]
     absent = next(n for n in lang.NAMES if n not in names)
     verdict = quality.judge(real[0], lang.format_prompt([*names[:1], absent], shown[0].background))
@@ -229,13 +234,15 @@ def test_the_study_table_reads_each_candidate_s_run(tmp_path, capsys):
     }
     (run / "report.json").write_text(json.dumps(report))
     mulo_r2 = {"adherence": 0.5, "fd": 1.0, "acceptance_rate": 0.8, "reopened_fraction": 0.3}
-    methods = {"ar": {"adherence": 0.6, "fd": 1.0, "adherence_held_out": 0.5}, "mulo-r2": mulo_r2}
+    ar = {"adherence": 0.6, "fd": 1.0, "adherence_held_out": 0.5, "objects_found": 0.7, "background_right": 0.9}
+    methods = {"ar": ar, "mulo-r2": mulo_r2}
     (run / "assets" / "metrics.json").write_text(json.dumps({"methods": methods}))
     assert main(["scenes-study", str(run), "--json", str(tmp_path / "study.json")]) == 0
     row = json.loads((tmp_path / "study.json").read_text())["rows"][0]
     assert row["cpu_minutes"] == 13.0 and row["ar_match_per_cpu_minute"] == round(0.6 / 13, 5)
     assert row["differs"] == "objects 24 px (6x6 tokens)" and row["held_out_over_train_loss"] == 1.1
     assert row["vq"] == "runs/scenes-vq/a/vq.pt"  # the shared VQ's file (``train --vq``)
+    assert (row["ar_objects_found"], row["ar_background_right"]) == (0.7, 0.9)
     assert (row["mulo_r2_acceptance"], row["mulo_r2_reopened"], row["mulo_r4_acceptance"]) == (0.8, 0.3, None)
     assert "| scenes-s24 | objects 24 px (6x6 tokens) | 13.0 | 0.6 |" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # not a run folder: one error line, exit 2

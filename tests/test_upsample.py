@@ -2,6 +2,8 @@
 
 import torch
 
+from tests.helpers import tiny_vq_model
+
 
 def test_learned_upsampler_is_row_causal(toy):
     up = toy.upsampler("learned", 2)
@@ -38,25 +40,27 @@ def test_vq_round_trip_shapes(toy):
     assert toy.vq.encode(images).shape == (1, 8, 8)
 
 
-def test_a_tiled_vq_reads_and_draws_each_tile_alone(toy):
-    """A tokenizer with a tile (the scenes' VQ): the same tokens as the whole model on each tile
-    cut out by hand, and a token changed in one tile redraws that tile only."""
+def test_a_tiled_vq_reads_and_draws_each_tile_alone():
+    """A ``VQModel`` tokenizer with a tile: the same tokens as the whole model on each tile cut
+    out by hand, and a token changed in one tile redraws that tile only."""
     from mulo.models.vq import VQTokenizer
 
-    tiled = VQTokenizer(toy.vq.model, tile=16)  # 4 x 4 tokens a tile at 4 px a token
+    whole = VQTokenizer(tiny_vq_model())
+    tiled = VQTokenizer(whole.model, tile=16)  # 4 x 4 tokens a tile at 4 px a token
     images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     tokens = tiled.encode(images)
     assert tokens.shape == (2, 8, 8)
-    by_hand = toy.vq.encode(images[:, :, 16:, :16])  # the bottom-left tile as an image of its own
+    by_hand = whole.encode(images[:, :, 16:, :16])  # the bottom-left tile as an image of its own
     assert torch.equal(tokens[:, 4:, :4], by_hand)
+    assert not torch.equal(tokens, whole.encode(images))  # the conv net's context crosses tiles
     changed = tokens.clone()
-    changed[0, 5, 1] = (changed[0, 5, 1] + 1) % toy.vocab_size  # in the bottom-left tile
+    changed[0, 5, 1] = (changed[0, 5, 1] + 1) % whole.vocab_size  # in the bottom-left tile
     before, after = tiled.decode(tokens), tiled.decode(changed)
     assert torch.allclose(before[:, :, :16], after[:, :, :16]) and torch.allclose(
         before[:, :, :, 16:], after[:, :, :, 16:]
     )
     assert not torch.allclose(before[0, :, 16:, :16], after[0, :, 16:, :16])
-    assert torch.allclose(tiled.decode(tokens[:, :4, :4]), toy.vq.decode(tokens[:, :4, :4]))  # one tile: as whole
+    assert torch.allclose(tiled.decode(tokens[:, :4, :4]), whole.decode(tokens[:, :4, :4]))  # one tile: as whole
 
 
 def test_upsampling_agreement_of_a_perfect_drafter(toy):
@@ -70,3 +74,15 @@ def test_upsampling_agreement_of_a_perfect_drafter(toy):
     for kind in ("pixel", "learned"):
         shares = upsampling_agreement(toy.vq, toy.upsampler(kind, 2), noise, 2)
         assert 0.0 <= shares["from_tokens"] <= 1.0 and shares["from_pixels"] < 1.0
+
+
+def test_the_head_on_some_positions_is_the_head_on_all(toy):
+    """The scenes' up-sampler loss runs the head on the positions it scores only (``head_rows``):
+    the same logits as the 1x1 convolution over the whole grid."""
+    up = toy.upsampler("learned", 2)
+    low = torch.randint(toy.vocab_size, (2, 4, 4), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        whole = up(low)  # [B, V, 8, 8]
+        features = up.features(low).permute(0, 2, 3, 1).reshape(-1, up.head.in_channels)
+        rows = up.head_rows(features[::3])
+    assert torch.allclose(rows, whole.permute(0, 2, 3, 1).reshape(-1, toy.vocab_size)[::3], atol=1e-5)

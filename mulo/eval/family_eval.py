@@ -163,6 +163,7 @@ def evaluate_scenes(engine: Engine, quality, real: np.ndarray, out: Path, seed: 
         "held_out": [i for i, p in enumerate(prompts) if p in set(held_out)],
     }
     for label, generated in images.items():
+        metrics["methods"][label].update(quality.parts(generated, quality.keys))
         for name, index in groups.items():
             if index:
                 keys = [quality.keys[i] for i in index]

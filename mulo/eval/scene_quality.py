@@ -83,6 +83,17 @@ class SceneQuality:
         images = as_uint8(images)
         return float(np.mean([self.judge(image, key).match for image, key in zip(images, keys, strict=True)]))
 
+    def parts(self, images, keys: list[str]) -> dict[str, float]:
+        """What a prompt match is made of, over ``images``: the share of named emoji found exactly
+        once and the share of images on the asked background (they tell apart models that match
+        few prompts whole, the short study's)."""
+        verdicts = [self.judge(image, key) for image, key in zip(as_uint8(images), keys, strict=True)]
+        named = sum(len(v.prompt.objects) for v in verdicts)
+        return {
+            "objects_found": round(sum(len(v.found) for v in verdicts) / max(named, 1), 4),
+            "background_right": round(float(np.mean([v.background_ok for v in verdicts])), 4),
+        }
+
     def score(self, images, keys: list[str]) -> dict:
         real = np.stack([self.real[k] for k in keys])
         fd = frechet_distance(image_features(self.clip, images), real) if len(keys) >= 2 else None

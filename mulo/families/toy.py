@@ -1,8 +1,10 @@
 """The ``toy`` family: tiny random models built in code, deterministic from a seed.
 
 It exercises every code path of the engine (multi-scale drafters, same-grid draft model, an
-EAGLE head, pixel and learned up-samplers, a real ``diffusers.VQModel``) in well under a second
-per generation, before any trained weights exist. Its images are noise: it is for tests and debugging.
+EAGLE head, pixel and learned up-samplers, a codebook of random 4 px squares as its VQ) in well
+under a second per generation, before any trained weights exist. Its images are noise: it is for
+tests and debugging. Its VQ is the scenes family's kind (``mulo.models.patch_vq``), so a toy run
+never imports diffusers (4-5 s of a cold start, issue 65); tests of a ``VQModel`` build their own.
 
 Target 8x8 tokens (32 px), drafters 4x4 (r=2) and 2x2 (r=4), vocabulary 128.
 """
@@ -12,13 +14,13 @@ from __future__ import annotations
 import zlib
 
 import torch
-from diffusers import VQModel
 
 from mulo.families.base import Family
 from mulo.models.eagle import head_for
 from mulo.models.gpt import GPT, GPTConfig, init_random_
+from mulo.models.patch_vq import PatchCodebook
 from mulo.models.upsample import TokenUpsampler
-from mulo.models.vq import VQTokenizer
+from mulo.models.vq import PatchTokenizer
 
 GRID = 8
 VOCAB = 128
@@ -96,26 +98,14 @@ def build(seed: int = 0, grid: int = GRID) -> Family:
         seed + 3,
         std=0.3,
     )
-    with torch.random.fork_rng():  # diffusers initialises from the global RNG
-        torch.manual_seed(seed + 4)
-        vq_model = VQModel(
-            block_out_channels=(16, 16, 16),
-            down_block_types=("DownEncoderBlock2D",) * 3,
-            up_block_types=("UpDecoderBlock2D",) * 3,
-            layers_per_block=1,
-            latent_channels=4,
-            num_vq_embeddings=VOCAB,
-            vq_embed_dim=4,
-            norm_num_groups=8,
-            sample_size=grid * 4,
-        )
-        torch.nn.init.normal_(vq_model.quantize.embedding.weight)
+    vq_model = PatchCodebook(VOCAB, patch=4)
+    vq_model.squares.copy_(torch.rand(vq_model.squares.shape, generator=torch.Generator().manual_seed(seed + 4)))
     upsamplers = {r: init_random_(TokenUpsampler(VOCAB, r, width=16), seed + 5 + r, std=0.3) for r in (2, 4)}
     return Family(
         "toy",
         target,
         drafters,
-        VQTokenizer(vq_model),
+        PatchTokenizer(vq_model),
         HashedWords(COND_LEN, COND_DIM, seed),
         draft_model=draft_model,
         upsamplers=upsamplers,

@@ -299,18 +299,23 @@ class GPT(nn.Module):
         """``forward_hidden``'s pass, returning float32 logits ``[B, Q, V]``."""
         return self.output(self.forward_hidden(x, slots, mask, cache, pe_slots)).float()
 
-    def forward(self, tokens: torch.Tensor | None, cond: torch.Tensor, mask: torch.Tensor | None = None):
+    def forward(
+        self, tokens: torch.Tensor | None, cond: torch.Tensor, mask: torch.Tensor | None = None, hidden: bool = False
+    ):
         """Teacher-forced pass over [cond, tokens] (no cache), causal unless ``mask [S, S]`` (over
         the pass's slots) says otherwise.
 
         Returns the logits from the last condition slot on: row ``i`` predicts image token ``i``
-        given the condition and ``tokens[:, :i]`` (``tokens.shape[1] + 1`` rows).
+        given the condition and ``tokens[:, :i]`` (``tokens.shape[1] + 1`` rows). ``hidden``: the
+        output head's input instead, so a loss over some of the rows pays the head only for them.
         """
         x = self.embed_condition(cond)
         n_cond = x.shape[1]
         if tokens is not None and tokens.shape[1]:
             x = torch.cat([x, self.embed_tokens(tokens)], dim=1)
         slots = torch.arange(x.shape[1], device=x.device)
+        if hidden:
+            return self.forward_hidden(x, slots, mask)[:, n_cond - 1 :]
         return self.forward_embeddings(x, slots, mask)[:, n_cond - 1 :]
 
 

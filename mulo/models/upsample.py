@@ -77,12 +77,19 @@ class TokenUpsampler(nn.Module):
         self.expand = nn.Conv2d(width, width * r * r, 1)
         self.head = nn.Conv2d(width, vocab_size, 1)
 
-    def forward(self, low: torch.Tensor) -> torch.Tensor:
+    def features(self, low: torch.Tensor) -> torch.Tensor:
+        """The head's input ``[B, width, r*Hq, r*Wq]``."""
         h = self.embed(low).permute(0, 3, 1, 2)
         for block in self.blocks:
             h = h + F.gelu(block(h))
-        h = F.pixel_shuffle(self.expand(h), self.r)
-        return self.head(F.gelu(h))
+        return F.gelu(F.pixel_shuffle(self.expand(h), self.r))
+
+    def forward(self, low: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(low))
+
+    def head_rows(self, features: torch.Tensor) -> torch.Tensor:
+        """The head (a 1x1 convolution) on some positions' features ``[N, width]``: logits ``[N, V]``."""
+        return F.linear(features, self.head.weight.flatten(1), self.head.bias)
 
     @torch.no_grad()
     def upsample(self, low: torch.Tensor, high: torch.Tensor, rows: tuple[int, int]) -> torch.Tensor:

@@ -93,6 +93,10 @@ class Budget:
     # counts the training scenes the clip and VQ stages hold; the AR stages draw fresh ones).
     held_out_scenes: int = 0
     scene_chunk: int = 1024  # training scenes encoded together into one file of the run folder
+    # The AR stages' loss on every token but the background's (a row's most common token) and on
+    # this share of the background's, weighted up (``stages.ar.background_sample``): the output
+    # head, the biggest layer at 2,048+ codes, then runs on ~1/4 of a scene's positions. 1: all.
+    background_loss_share: float = 1.0
 
 
 FULL = Budget()
@@ -391,10 +395,10 @@ STAGES += ("upsampler_r2", "upsampler_r4", "eagle", "export", "card")
 # 32 px from a vocabulary of 64 in five styles (``mulo.scenes``, ``mulo.train.scenes``), at
 # twemoji's geometry (32x32 target tokens of 4 px; drafters 16x16 at r = 2 and 8x8 at r = 4), with
 # its own VQ: twemoji's reconstructions keep the referee at 0.04 (benchmarks/scenes-referee.json).
-# Sized for the issue's 6 CPU-hours on 2 cores; the estimate and how it was measured:
-# the comment below the budget. A scene's layout, not a memorised image, is what the target learns,
-# so it is narrower than twemoji's (192, not 256: 0.59x the step time) and sees every scene once.
-SCENES_TARGET = dict(dim=192, n_layer=4, n_head=3, multiple_of=64)
+# Sized for the issue's 6 CPU-hours on 2 cores by measured step times (the comment below the
+# budget). A scene's layout, not a memorised image, is what the target learns, so it is narrow
+# (128, half twemoji's 256) and sees every scene once.
+SCENES_TARGET = dict(dim=128, n_layer=4, n_head=2, multiple_of=64)
 SCENES_DRAFT_MODEL = dict(dim=64, n_layer=2, n_head=2, multiple_of=32)
 FULL_SCENES = replace(
     FULL,
@@ -402,7 +406,9 @@ FULL_SCENES = replace(
     held_out_scenes=512,
     clip_steps=1000,
     vq_steps=1200,
-    ar_steps=5000,  # 160,000 fresh scenes at 32 a batch
+    ar_steps=5000,  # 80,000 fresh scenes at 16 a batch
+    ar_batch=16,
+    background_loss_share=0.1,
     drafter_steps=2500,
     draft_model_steps=2000,
     upsampler_steps=800,
@@ -416,18 +422,12 @@ FULL_SCENES = replace(
     zipar_share=0.5,
     proxy_weight=8.0,
 )
-# The estimate, 5.2 hours for the whole family on 2 cores (benchmarks/scenes-timing.json): every
-# stage of this budget ran 4 steps through the real pipeline (tools/experiments/scenes_timing.py)
-# on this 2-core CPU while other jobs loaded it (load average 6-8), and every time was scaled by
-# the ratio of the unloaded reference step (twemoji's target, batch 32: 2.7 s, ``loop.py``) to the
-# same step measured then (58-74 s, scale 0.041). Seconds per step, loaded: target 36.7,
-# drafter_r2 12.0, drafter_r4 9.8, draft model 7.8, EAGLE 9.9, VQ 27.0, clip 7.4, up-samplers 5.6 /
-# 2.5; encoding 0.52 s a scene. Unloaded: target 2.1 h, tokens (164,000 scenes) 1.0 h, VQ (two
-# codebooks) 0.7 h, drafters 0.6 h, card 0.4 h (the smoke card's seconds per image, 120 prompts),
-# the rest 0.45 h. The scaling assumes every stage slows alike under load: measure again unloaded.
-# Since then the VQ became a codebook of pixel squares: both candidates fitted and evaluated in 695 s
-# (benchmarks/scenes-vq-study.json, pipeline_stage), and encoding a scene costs a distance search,
-# not a conv net: the tokens stage's hour (rendering and encoding) is to be measured again.
+# Measured alone on the 2 cores (docs/notebook/session-2026-11-29-sizing.md): a target step of 16
+# scenes at width 128 takes 1.92 s with the background-sampled loss (2,048 codes; 2.06 s at 4,096;
+# 2.67 s with the loss on every position; width 192: 3.29 s; 96: 1.38 s). The profile is the
+# body's matrix products (41 %) and the attention over 1,040 slots (44 %), ~100 GFLOP/s: near the
+# cores' floor, so scenes a CPU-hour come only from a smaller model. 5,000 steps: 2.7 hours. The
+# other stages' times: the study's runs (report.json's stage_seconds).
 RECIPES["scenes"] = Recipe(
     "scenes",
     px=128,
@@ -448,6 +448,7 @@ RECIPES["scenes"] = Recipe(
         proxy_weight=8.0,
         validate_every=2,
         ar_text_mix=FULL_SCENES.ar_text_mix,
+        background_loss_share=0.1,
     ),
     # Until the family is trained and calibrated (the paper's protocol): twemoji's 32x32 knobs at the
     # paper's radius, with guidance, since a scene prompt has many right images (emoji-16's lesson).
@@ -463,44 +464,44 @@ RECIPES["scenes"] = Recipe(
     vq_model={"kind": "patches"},
 )
 
-# Not yet sized right: the target's step measured 8 s alone at this width and batch (1,024 codes; 14 s
-# at 4,096), so a candidate's 600 target steps alone take ~80 minutes, and FULL_SCENES's 5,000 far more
-# than its estimate (docs/notebook/session-2026-11-29-squares.md). Both are to be re-sized by measurement.
 # The short study before the full run (issue 63): candidates that differ from ``scenes`` in one
 # thing each, trained end to end at one budget of <= 30 CPU-minutes (``STUDY_SCENES``) with one
 # codebook, and compared by AR's prompt match per CPU-minute and by how much of the drafters'
 # layout the target accepts (``python -m mulo scenes-study``; docs in mulo/eval/probes/scenes_study.py).
+# Sized by scenes-base's stage times at 600 target steps (docs/notebook/session-2026-11-29-sizing.md):
+# clip 175 s (300 steps), VQ 74 s, tokens 204 s (9,600 scenes), target 1,392 s, drafters 127 + 37 s,
+# draft model 60 s, up-samplers 1.1 + 0.7 s a step: 38 minutes. Cut to ~28: 6,400 training scenes.
 STUDY_SCENES = replace(
     FULL_SCENES,
     images=1024,
     held_out_scenes=128,
-    clip_steps=300,
+    clip_steps=200,
     vq_steps=400,
-    ar_steps=600,
-    drafter_steps=300,
+    ar_steps=400,
+    drafter_steps=250,
     draft_model_steps=100,
-    upsampler_steps=150,
+    upsampler_steps=100,
     eagle_steps=50,
     eval_prompts=24,
     validate_every=100,
     oracle_images=8,
 )
 STUDY_CANDIDATES = {
-    "scenes-base": ("objects 32 px, free 8 px steps, 64 emoji, target 192x4", {}, {}),
+    "scenes-base": ("objects 32 px, free 8 px steps, 64 emoji, target 128x4", {}, {}),
     "scenes-s24": ("objects 24 px (6x6 tokens)", {"object_px": 24}, {}),
     "scenes-slots": ("a 3x3 slot grid instead of free 8 px steps", {"placement": "slots"}, {}),
     "scenes-v32": ("a vocabulary of 32 emoji, not 64", {"vocabulary": 32}, {}),
-    "scenes-t256": (
-        "a target of width 256 (twemoji's), not 192",
+    "scenes-t192": (
+        "a target of width 192, not 128 (1.7x the step time)",
         {},
-        {"target": dict(SCENES_TARGET, dim=256, n_head=4)},
+        {"target": dict(SCENES_TARGET, dim=192, n_head=3)},
     ),
 }
 for _name, (_, _scene, _models) in STUDY_CANDIDATES.items():
     RECIPES[_name] = replace(
         RECIPES["scenes"],
         family=_name,
-        vq_codes=(1024,),
+        vq_codes=(2048,),  # the smallest codebook that clears the referee's bar
         budget=STUDY_SCENES,
         scenes=replace(RECIPES["scenes"].scenes, **_scene),
         **_models,

@@ -2,7 +2,7 @@
 ``mulo.train.recipes.STUDY_CANDIDATES`` trained end to end at the study budget, from their run
 folders. Run the candidates first (each <= 30 CPU-minutes on 2 cores), then the table::
 
-    for c in scenes-base scenes-s24 scenes-slots scenes-v32 scenes-t256; do
+    for c in scenes-base scenes-s24 scenes-slots scenes-v32 scenes-t192; do
         python -m mulo train $c --run-dir runs/study/$c --assets runs/study/$c/assets
     done
     python -m mulo scenes-study runs/study/scenes-* --json benchmarks/scenes-study.json
@@ -12,7 +12,8 @@ share one instead, and the "VQ" column names that file ("own" otherwise).
 
 Per candidate: its training time (every stage but the card, CPU-minutes), AR's prompt match by
 the referee (all prompts, the multi-object ones, the held-out combinations) and that match per
-CPU-minute; how much of the drafters' layout the target accepts (MuLo-SD's acceptance and the
+CPU-minute, with its parts (the share of named emoji found once, of images on the asked
+background); how much of the drafters' layout the target accepts (MuLo-SD's acceptance and the
 share of the grid it re-opens, r = 2 and r = 4); the target's held-out over training loss; the
 VQ's referee ceiling.
 """
@@ -45,6 +46,8 @@ def row(run: Path) -> dict:
         "ar_match_multi_object": ar.get("adherence_multi_object"),
         "ar_match_held_out": ar.get("adherence_held_out"),
         "ar_match_per_cpu_minute": round(ar["adherence"] / max(minutes, 1e-9), 5),
+        "ar_objects_found": ar.get("objects_found"),  # the parts of a match (a card from before: None)
+        "ar_background_right": ar.get("background_right"),
         "ar_fd": ar["fd"],
         "vq_referee_match": report.get("vq", {}).get("val_referee_match"),
         "vq": report.get("vq", {}).get("adopted_from", "own"),
@@ -68,6 +71,8 @@ COLUMNS = (
     ("ar_match_multi_object", "multi-object"),
     ("ar_match_held_out", "held-out"),
     ("ar_match_per_cpu_minute", "match / CPU-min"),
+    ("ar_objects_found", "emoji found"),
+    ("ar_background_right", "background right"),
     ("mulo_r2_acceptance", "r2 accepted"),
     ("mulo_r2_reopened", "r2 re-opened"),
     ("mulo_r4_acceptance", "r4 accepted"),

@@ -96,6 +96,13 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
             window = int(rng.choice(list(masks)))
             mask, inputs = masks[window], training_inputs(inputs, side, side, window)
             weights = token_weights.get(window)
+        share = budget.background_loss_share
+        if share < 1.0:  # the head and the loss on every object token and a share of the background's
+            keep_weights = background_sample(x, share, rng)
+            if weights is not None:
+                keep_weights = keep_weights * weights
+            with autocast(device):
+                return weighted_loss(model, inputs, cond, mask, x, keep_weights)
         with autocast(device):
             logits = model(inputs, cond, mask)
         if weights is None:
@@ -104,6 +111,26 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
         return (losses * weights).mean()  # the other tokens' gradients as in an unweighted step
 
     return loss_fn
+
+
+def weighted_loss(model: GPT, inputs, cond, mask, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Sum of ``weights [B, L]`` times the cross-entropy of ``targets``, over ``targets.numel()``:
+    the output head runs only on the positions of non-zero weight."""
+    keep = weights > 0
+    logits = model.output(model(inputs, cond, mask, hidden=True)[keep]).float()
+    losses = F.cross_entropy(logits, targets[keep], reduction="none")
+    return (losses * weights[keep]).sum() / targets.numel()
+
+
+def background_sample(tokens: torch.Tensor, share: float, rng: np.random.Generator) -> torch.Tensor:
+    """Loss weights ``[B, L]`` of a batch of scenes: 1 for every token but the background's (each
+    row's most common token: the flat field around the objects, ~85 % of a scene), and for those
+    1 / ``share`` on a random ``share`` of them, 0 on the rest. The weighted mean estimates the
+    full one without bias, and the rare object tokens keep their whole signal."""
+    background = tokens == torch.mode(tokens, dim=1).values[:, None]
+    drawn = torch.from_numpy(rng.random(tokens.shape) < share).to(tokens.device)
+    weights = torch.ones(tokens.shape, device=tokens.device)
+    return weights.masked_fill(background, 1.0 / share).masked_fill(background & ~drawn, 0.0)
 
 
 def measured_losses(pipe, stage: str, model: GPT, tokens, cond, groups: dict) -> dict[str, float]:

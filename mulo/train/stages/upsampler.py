@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from mulo.models.upsample import TokenUpsampler
 from mulo.train.loop import train
+from mulo.train.stages.ar import background_sample
 
 
 def stage_upsampler(pipe, r: int) -> None:
@@ -36,7 +37,16 @@ def stage_upsampler(pipe, r: int) -> None:
             rows = fresh.rows(step * b, b)
             pair = [torch.from_numpy(rows[f"tokens{size}"].astype(np.int64)) for size in (px // r, px)]
             low_batch, high_batch = pair[0].reshape(b, side // r, side // r), pair[1].reshape(b, side, side)
-            return F.cross_entropy(up(low_batch.to(pipe.device)), high_batch.to(pipe.device))
+            low_batch, high_batch = low_batch.to(pipe.device), high_batch.to(pipe.device)
+            share = pipe.budget.background_loss_share
+            if share < 1.0:  # the head on every object token and a weighted share of the background's
+                step_rng = np.random.default_rng([pipe.seed, r, step])  # a resumed stage draws the same
+                weights = background_sample(high_batch.reshape(b, -1), share, step_rng)
+                keep = weights.reshape(-1) > 0
+                features = up.features(low_batch).permute(0, 2, 3, 1).reshape(-1, up.head.in_channels)
+                losses = F.cross_entropy(up.head_rows(features[keep]), high_batch.reshape(-1)[keep], reduction="none")
+                return (losses * weights.reshape(-1)[keep]).sum() / high_batch.numel()
+            return F.cross_entropy(up(low_batch), high_batch)
         idx = rng.choice(train_idx, size=min(pipe.budget.upsampler_batch, len(train_idx)), replace=False)
         return F.cross_entropy(up(low[idx].to(pipe.device)), high[idx].to(pipe.device))
 

@@ -1,0 +1,65 @@
+"""The scenes family's AR loss (``stages.ar.background_sample`` and ``weighted_loss``): the output
+head and the cross-entropy run on every object token and a weighted share of the background's,
+and the weighted mean is an unbiased estimate of the full loss, gradients included."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mulo.train.stages.ar import background_sample, weighted_loss
+from tests.helpers import tiny_gpt
+
+VOCAB, SIDE = 11, 4
+
+
+def scene_batch(rows: int = 6) -> torch.Tensor:
+    """Token grids of a background code (3) with a few other codes scattered over it."""
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.full((rows, SIDE * SIDE), 3)
+    objects = torch.rand(tokens.shape, generator=gen) < 0.3
+    tokens[objects] = torch.randint(4, VOCAB, (int(objects.sum()),), generator=gen)
+    return tokens
+
+
+def test_every_object_token_kept_and_background_weighted_up():
+    tokens = scene_batch(200)
+    weights = background_sample(tokens, 0.25, np.random.default_rng(1))
+    background = tokens == 3
+    assert (weights[~background] == 1).all()
+    assert set(weights[background].unique().tolist()) == {0.0, 4.0}
+    assert abs(float((weights[background] > 0).float().mean()) - 0.25) < 0.03
+    # a row's background is its most common token, whichever code it is
+    shifted = torch.where(background, torch.full_like(tokens, 9), torch.where(tokens == 9, 3, tokens))
+    assert torch.equal(background_sample(shifted, 0.25, np.random.default_rng(1)), weights)
+
+
+def test_same_generator_same_sample():
+    tokens = scene_batch()
+    first = background_sample(tokens, 0.1, np.random.default_rng([0, 5]))
+    assert torch.equal(first, background_sample(tokens, 0.1, np.random.default_rng([0, 5])))
+    assert not torch.equal(first, background_sample(tokens, 0.1, np.random.default_rng([0, 6])))
+
+
+def test_hidden_pass_feeds_the_same_logits():
+    model = tiny_gpt(3, VOCAB, SIDE)
+    tokens, cond = scene_batch(2), torch.randn(2, 2, 4)
+    hidden = model(tokens[:, :-1], cond, hidden=True)
+    assert torch.allclose(model.output(hidden).float(), model(tokens[:, :-1], cond), atol=1e-6)
+
+
+def test_sampled_loss_and_gradient_are_unbiased():
+    model = tiny_gpt(3, VOCAB, SIDE).train()
+    tokens, cond = scene_batch(), torch.randn(6, 2, 4)
+    full = F.cross_entropy(model(tokens[:, :-1], cond).reshape(-1, VOCAB), tokens.reshape(-1))
+    (full_grad,) = torch.autograd.grad(full, model.output.weight)
+    draws = [weighted_loss(model, tokens[:, :-1], cond, None, tokens, background_sample(tokens, 0.3, rng)) for rng in
+             (np.random.default_rng(i) for i in range(400))]  # fmt: skip
+    mean = torch.stack(draws).mean()
+    (mean_grad,) = torch.autograd.grad(mean, model.output.weight)
+    assert abs(float(mean.detach()) - float(full.detach())) < 0.02 * float(full.detach())
+    assert float((mean_grad - full_grad).norm() / full_grad.norm()) < 0.05
+    # share 1 keeps every position: the full loss exactly
+    everything = background_sample(tokens, 1.0, np.random.default_rng(0))
+    assert torch.allclose(weighted_loss(model, tokens[:, :-1], cond, None, tokens, everything), full, atol=1e-6)
