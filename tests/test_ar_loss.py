@@ -1,10 +1,12 @@
 """The scenes family's AR loss (``stages.ar.background_sample`` and ``weighted_loss``): the output
 head and the cross-entropy run on every object token and a weighted share of the background's,
-and the weighted mean is an unbiased estimate of the full loss, gradients included."""
+and the weighted mean is an unbiased estimate of the full loss, gradients included; and the
+position embedding's grid start (``init_positions``)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -63,3 +65,24 @@ def test_sampled_loss_and_gradient_are_unbiased():
     # share 1 keeps every position: the full loss exactly
     everything = background_sample(tokens, 1.0, np.random.default_rng(0))
     assert torch.allclose(weighted_loss(model, tokens[:, :-1], cond, None, tokens, everything), full, atol=1e-6)
+
+
+def test_a_grid_start_of_the_position_embedding_is_a_row_part_plus_a_column_part():
+    from mulo.train.stages.ar import init_positions
+
+    model = tiny_gpt(3, VOCAB, SIDE)
+    torch.manual_seed(0)
+    init_positions(model, "grid")
+    n_cond = model.config.cond_len
+    image = torch.cat([model.abs_pe[0, n_cond:], torch.zeros(1, model.config.dim)])[: SIDE * SIDE]
+    pe = image.detach().reshape(SIDE, SIDE, -1)[:-1]  # full rows only (the last token is never fed)
+    # pe(r1, c1) + pe(r2, c2) == pe(r1, c2) + pe(r2, c1): slots one row apart differ alike everywhere
+    assert torch.allclose(pe[0, 1] + pe[2, 3], pe[0, 3] + pe[2, 1], atol=1e-7)
+    assert torch.allclose(pe[1, 0] - pe[0, 0], pe[1, 2] - pe[0, 2], atol=1e-7)
+    assert len({tuple(v.tolist()) for v in pe.reshape(-1, pe.shape[-1])}) == pe.shape[0] * pe.shape[1]  # distinct
+    assert 0.005 < float(pe.std()) < 0.05  # the scale of the random start
+    init_positions(model, "normal")  # every slot its own random vector: no such structure
+    pe = model.abs_pe[0, n_cond:].detach()[: (SIDE - 1) * SIDE].reshape(SIDE - 1, SIDE, -1)
+    assert not torch.allclose(pe[0, 1] + pe[2, 3], pe[0, 3] + pe[2, 1], atol=1e-4)
+    with pytest.raises(ValueError, match="'normal' or 'grid'"):
+        init_positions(model, "rope")

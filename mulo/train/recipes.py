@@ -193,6 +193,9 @@ class Hyper:
     # of the training images at the three sizes, ``vq_busy`` of them not one flat colour
     patch_squares: int = 300_000
     patch_iterations: int = 15
+    # the AR models' position embedding at step 0: "normal" (random, every slot its own) or "grid"
+    # (row + column sinusoids, ``stages.ar.init_positions``)
+    pe_init: str = "normal"
     ar_lr: float = 1.5e-3  # the target and the drafters
     draft_model_lr: float = 2e-3
     upsampler_lr: float = 2e-3
@@ -491,6 +494,11 @@ STUDY_CANDIDATES = {
     "scenes-s24": ("objects 24 px (6x6 tokens)", {"object_px": 24}, {}),
     "scenes-slots": ("a 3x3 slot grid instead of free 8 px steps", {"placement": "slots"}, {}),
     "scenes-v32": ("a vocabulary of 32 emoji, not 64", {"vocabulary": 32}, {}),
+    "scenes-grid-pe": (
+        "position embedding started as row + column sinusoids",
+        {},
+        {"hyper": replace(RECIPES["scenes"].hyper, pe_init="grid")},
+    ),
     "scenes-t192": (
         "a target of width 192, not 128 (1.7x the step time)",
         {},

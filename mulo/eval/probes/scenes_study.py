@@ -2,7 +2,7 @@
 ``mulo.train.recipes.STUDY_CANDIDATES`` trained end to end at the study budget, from their run
 folders. Run the candidates first (each <= 30 CPU-minutes on 2 cores), then the table::
 
-    for c in scenes-base scenes-s24 scenes-slots scenes-v32 scenes-t192; do
+    for c in scenes-base scenes-s24 scenes-slots scenes-v32 scenes-grid-pe scenes-t192; do
         python -m mulo train $c --run-dir runs/study/$c --assets runs/study/$c/assets
     done
     python -m mulo scenes-study runs/study/scenes-* --json benchmarks/scenes-study.json

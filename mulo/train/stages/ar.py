@@ -5,6 +5,7 @@ token grids and text conditions. ``ar_data`` and ``ar_batch`` also feed the EAGL
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from types import SimpleNamespace
 
@@ -31,7 +32,7 @@ def stage_ar(pipe, stage: str) -> None:
     torch.manual_seed(pipe.seed + side)
     model = GPT(config)
     model.apply(init_weights)
-    torch.nn.init.normal_(model.abs_pe, std=0.02)
+    init_positions(model, pipe.recipe.hyper.pe_init)
     model.to(pipe.device)
     steps = {"target": pipe.budget.ar_steps, "draft_model": pipe.budget.draft_model_steps}.get(
         stage, pipe.budget.drafter_steps
@@ -62,6 +63,33 @@ def stage_ar(pipe, stage: str) -> None:
     torch.save(model.state_dict(), pipe.run / f"{stage}.pt")
     (pipe.run / f"{stage}.json").write_text(json.dumps(asdict(config)))
     pipe.record(stage, **stats, **losses, params=sum(p.numel() for p in model.parameters()))
+
+
+def init_positions(model: GPT, kind: str, std: float = 0.02) -> None:
+    """The position embedding's start: ``normal`` (every slot its own random vector, AR-DTok's) or
+    ``grid``: the image slots start as a row part plus a column part, each sinusoids of its index
+    over half the width (the condition slots stay random), at the same scale. A grid start tells
+    the model from step 0 which slots are one row apart, at every position alike; training then
+    moves every slot freely, and the format (one vector a slot) is unchanged."""
+    torch.nn.init.normal_(model.abs_pe, std=std)
+    if kind == "normal":
+        return
+    if kind != "grid":
+        raise ValueError(f"position embedding start 'normal' or 'grid', not {kind!r}")
+    height, width = model.config.grid_hw
+    half = model.config.dim // 2
+
+    def sinusoids(count: int, size: int) -> torch.Tensor:
+        freqs = torch.exp(-math.log(count) * torch.arange(size // 2) / max(size // 2, 1))
+        angles = torch.arange(count)[:, None] * freqs[None] * math.pi
+        return torch.cat([angles.sin(), angles.cos()], dim=1)  # [count, size], entries of norm ~1
+
+    rows = sinusoids(height, half)[:, None].expand(height, width, half)
+    cols = sinusoids(width, model.config.dim - half)[None].expand(height, width, -1)
+    grid = torch.cat([rows, cols], dim=-1).reshape(height * width, -1) * std * math.sqrt(2)
+    n_cond = model.config.cond_len
+    with torch.no_grad():  # slot n_cond + j holds image token j (the last token is never fed)
+        model.abs_pe[0, n_cond:] = grid[: model.config.n_positions - n_cond]
 
 
 def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
