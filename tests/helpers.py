@@ -48,22 +48,15 @@ def tiny_gpt(
 
 
 def tiny_vq_model(seed: int = 4, codes: int = 128):
-    """A random ``diffusers.VQModel`` of 4 px tokens (three blocks of 16 channels), for the tests
-    of the conv VQ's tokenizer; the toy family's VQ is a codebook of squares."""
-    from diffusers import VQModel
+    """A random ``diffusers.VQModel`` of 4 px tokens (the recipes' VQ at 16 channels a block), for
+    the tests of the conv VQ's tokenizer; the toy family's VQ is a codebook of squares."""
+    from mulo.models.vq import build_model
+    from mulo.train.recipes import vq_config
 
+    small = dict(block_out_channels=(16, 16, 16), latent_channels=4, vq_embed_dim=4, norm_num_groups=8)
     with torch.random.fork_rng():  # diffusers initialises from the global RNG
         torch.manual_seed(seed)
-        model = VQModel(
-            block_out_channels=(16, 16, 16),
-            down_block_types=("DownEncoderBlock2D",) * 3,
-            up_block_types=("UpDecoderBlock2D",) * 3,
-            layers_per_block=1,
-            latent_channels=4,
-            num_vq_embeddings=codes,
-            vq_embed_dim=4,
-            norm_num_groups=8,
-        )
+        model = build_model(vq_config(codes, 4, **small))
         torch.nn.init.normal_(model.quantize.embedding.weight)
     return model
 
