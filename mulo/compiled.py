@@ -57,6 +57,10 @@ from mulo.sampling import graph_knobs, graph_probs
 
 log = logging.getLogger(__name__)
 
+# ``cached`` mode (a one-off generate) leaves a family whose grids all hold fewer tokens than this
+# eager: loading the packages (torch's compiler runtime, then each package) costs more than they
+# save over so few steps (measured: docs/cpu-engine.md's start-up section).
+CACHED_MIN_TOKENS = 256
 MAX_QUERIES = 64  # wider passes run eagerly: their products are matrix-matrix, where the BLAS is fast
 INDUCTOR_OPTIONS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 # A small model's kernels are too short to pay for waking an OpenMP team: compiled single-threaded,
@@ -408,6 +412,9 @@ def attach(models, mode: str = "auto", background: bool = False) -> str:
             why = "compiled steps do not group query heads"
         else:
             why = unavailable_reason()
+    longest = max((m.config.max_seq_len for m in models), default=0)
+    if why is None and mode == "cached" and longest < CACHED_MIN_TOKENS:
+        why = f"{longest}-token grids decode faster than their packages load"
     for model in models:
         model.compiled = None if why else StepCompiler(model, background, build=mode != "cached")
     return f"eager ({why})" if why else "compiled steps"

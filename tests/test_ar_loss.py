@@ -86,3 +86,40 @@ def test_a_grid_start_of_the_position_embedding_is_a_row_part_plus_a_column_part
     assert not torch.allclose(pe[0, 1] + pe[2, 3], pe[0, 3] + pe[2, 1], atol=1e-4)
     with pytest.raises(ValueError, match="'normal' or 'grid'"):
         init_positions(model, "rope")
+
+
+def test_codes_that_look_alike_start_alike_under_the_pixel_start():
+    from mulo.train.loop import init_weights
+    from mulo.train.stages.ar import init_from_pixels
+
+    model = tiny_gpt(3, VOCAB, SIDE, dim_preset="llama-abs-tiny")  # 64 wide
+    torch.manual_seed(0)
+    model.apply(init_weights)
+    gen = torch.Generator().manual_seed(2)
+    squares = torch.rand(VOCAB, 48, generator=gen)
+    squares[1] = squares[0] + 0.01 * torch.randn(48, generator=gen)  # a look-alike of code 0
+    init_from_pixels(model, squares, share=0.9)
+
+    def cosine(weight, a, b):
+        return float(F.cosine_similarity(weight[a], weight[b], dim=0))
+
+    for weight in (model.tok_embeddings.weight, model.output.weight):
+        alike, others = cosine(weight, 0, 1), [cosine(weight, 0, c) for c in range(2, VOCAB)]
+        assert alike > 0.6 and alike > max(others) + 0.2, (alike, others)
+        assert 0.01 < float(weight.std()) < 0.03  # the random start's scale
+    with pytest.raises(ValueError, match="a codebook of 12 squares for a model of 11 codes"):
+        init_from_pixels(model, torch.rand(12, 48))
+
+
+def test_object_losses_score_the_tokens_off_the_background():
+    from mulo.train.stages.ar import object_losses
+
+    model = tiny_gpt(3, VOCAB, SIDE)
+    tokens, cond = scene_batch(5), torch.randn(5, 2, 4)
+    losses = F.cross_entropy(model(tokens[:, :-1], cond).transpose(1, 2), tokens, reduction="none")
+    hits = model(tokens[:, :-1], cond).argmax(-1) == tokens
+    objects = tokens != 3
+    got = object_losses(model, tokens, cond, "cpu", batch=2)
+    assert got["object_loss"] == pytest.approx(float(losses[objects].mean()), abs=1e-4)
+    assert got["background_loss"] == pytest.approx(float(losses[~objects].mean()), abs=1e-4)
+    assert got["object_accuracy"] == pytest.approx(float(hits[objects].float().mean()), abs=1e-4)

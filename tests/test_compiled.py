@@ -109,6 +109,7 @@ def test_cached_mode_runs_what_is_built_and_never_compiles(monkeypatch, tmp_path
         raise AssertionError("cached mode compiled a package")
 
     monkeypatch.setattr(compiled, "_compile", no_compile)
+    monkeypatch.setattr(compiled, "CACHED_MIN_TOKENS", 0)  # the toy's grids are below it (test below)
     family = toy.build()
     want = Engine(family, compile="off").generate("a", "ar", 3)
     engine = Engine(family, compile="cached")  # the packages the test above built
@@ -124,6 +125,22 @@ def test_cached_mode_runs_what_is_built_and_never_compiles(monkeypatch, tmp_path
     assert torch.equal(cold.tokens, want.tokens) and not (tmp_path / "empty").exists()
     assert cold.trace.execution.startswith("eager (not built, run eagerly: ")
     assert "sampled step(s); python -m mulo compile builds them" in cold.trace.execution
+
+
+def test_cached_mode_leaves_small_grids_eager(monkeypatch):
+    """A one-off generate on grids shorter than ``CACHED_MIN_TOKENS`` (the toy's 64 tokens) never
+    loads a package, built or not: loading costs more than it saves there; ``on`` still compiles."""
+    monkeypatch.setattr(compiled, "unavailable_reason", lambda: None)
+    family = toy.build()
+    assert max(m.config.max_seq_len for m in family.transformers()) < compiled.CACHED_MIN_TOKENS
+    assert (
+        compiled.attach(family.transformers(), "cached")
+        == "eager (64-token grids decode faster than their packages load)"
+    )
+    assert all(m.compiled is None for m in family.transformers())
+    assert compiled.attach(family.transformers(), "on") == "compiled steps"
+    monkeypatch.setattr(compiled, "CACHED_MIN_TOKENS", 64)
+    assert compiled.attach(family.transformers(), "cached") == "compiled steps"
 
 
 def test_build_all_builds_each_missing_package_once(monkeypatch, tmp_path):
@@ -162,6 +179,7 @@ def test_the_compile_verb_builds_what_a_default_generate_looks_for(monkeypatch, 
 
     monkeypatch.setattr(compiled, "_compile", fake_compile)
     monkeypatch.setattr(compiled, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(compiled, "CACHED_MIN_TOKENS", 0)
     assert main(["compile", "--family", "toy"]) == 0
     engine = Engine(toy.build(), compile="cached")
     engine.generate("a", "ar", 3)

@@ -196,6 +196,9 @@ class Hyper:
     # the AR models' position embedding at step 0: "normal" (random, every slot its own) or "grid"
     # (row + column sinusoids, ``stages.ar.init_positions``)
     pe_init: str = "normal"
+    # the token embeddings and output rows at step 0: "normal", or "pixels" (a codebook of squares:
+    # each code from the pixels it draws, ``stages.ar.init_from_pixels``)
+    embed_init: str = "normal"
     ar_lr: float = 1.5e-3  # the target and the drafters
     draft_model_lr: float = 2e-3
     upsampler_lr: float = 2e-3

@@ -54,6 +54,9 @@ def row(run: Path) -> dict:
         "held_out_over_train_loss": round(target["val_loss"] / target["train_loss"], 3)
         if target.get("train_loss")
         else None,
+        # teacher-forced on held-out scenes: the objects' tokens alone (a report from before: None)
+        "target_object_loss": target.get("val_object_loss"),
+        "target_object_accuracy": target.get("val_object_accuracy"),
     }
     for r in (2, 4):
         mulo = methods.get(f"mulo-r{r}", {})
@@ -78,6 +81,8 @@ COLUMNS = (
     ("mulo_r4_acceptance", "r4 accepted"),
     ("mulo_r4_reopened", "r4 re-opened"),
     ("held_out_over_train_loss", "held-out / train loss"),
+    ("target_object_loss", "object-token loss"),
+    ("target_object_accuracy", "object-token accuracy"),
     ("vq_referee_match", "VQ referee"),
     ("vq", "VQ"),
 )
