@@ -20,9 +20,10 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from mulo.models.gpt import GPT
+from mulo.models.gpt import GPT, GPTConfig
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
 from mulo.train.stages import ar as ar_stage
@@ -64,6 +65,79 @@ class NeighbourGPT(GPT):
         return out if hidden else self.output(out).float()
 
 
+@torch.no_grad()
+def draw(model, cond: torch.Tensor, cfg: float, top_p: float, generator: torch.Generator) -> torch.Tensor:
+    """AR samples ``[N, L]`` of a (neighbour-input) target for conditions ``cond [N, T, C]`` with
+    classifier-free guidance: a plain cached loop (the trial's own, since the engine feeds no
+    neighbour inputs), the next slot's input its token plus its three upper neighbours."""
+    from mulo.models.gpt import KVCache
+    from mulo.sampling import logits_to_probs, sample
+
+    height, width = model.config.grid_hw
+    length, n = height * width, len(cond)
+    cond = torch.cat([cond, torch.zeros_like(cond)])  # conditional rows, then unconditional
+    cache = KVCache(model.config, 2 * n, "cpu", torch.float32)
+    tokens = torch.zeros(n, length, dtype=torch.long)
+
+    def extra(position: int) -> torch.Tensor:  # the upper neighbours of the token at ``position``
+        if not isinstance(model, NeighbourGPT):
+            return 0
+        row, col = divmod(position, width)
+        out = 0
+        for shift, table in zip((-1, 0, 1), model.neighbours, strict=True):
+            ok = row > 0 and 0 <= col + shift < width
+            ids = tokens[:, position - width + shift] if ok else torch.full((n,), model.config.vocab_size)
+            out = out + table(ids)
+        return torch.cat([out, out])[:, None]
+
+    def next_token(hidden: torch.Tensor) -> torch.Tensor:
+        logits = model.output(hidden[:, -1]).float()
+        guided = logits[n:] + cfg * (logits[:n] - logits[n:])
+        return sample(logits_to_probs(guided, 1.0, 0, top_p), generator)
+
+    x = model.embed_condition(cond)
+    n_cond = x.shape[1]
+    x = torch.cat([x[:, :-1], x[:, -1:] + extra(0)], dim=1)
+    mask = torch.ones(n_cond, n_cond, dtype=torch.bool).tril()
+    tokens[:, 0] = next_token(model.forward_hidden(x, torch.arange(n_cond), mask, cache))
+    for position in range(1, length):
+        slot = n_cond + position - 1
+        x = model.embed_tokens(torch.cat([tokens[:, position - 1]] * 2))[:, None] + extra(position)
+        mask = torch.ones(1, slot + 1, dtype=torch.bool)
+        tokens[:, position] = next_token(model.forward_hidden(x, torch.tensor([slot]), mask, cache))
+    return tokens
+
+
+def judge_samples(pipe, model, count: int, cfg: float, top_p: float, sprites: Path) -> dict:
+    """AR samples of the first ``count`` evaluation prompts (seed i for prompt i), judged by the
+    referee: prompt match and its parts; the images to ``RUN/samples.png``."""
+    from PIL import Image
+
+    from mulo.eval.referee import Referee, Sprites
+    from mulo.train import scenes
+
+    stream = pipe.scene_stream
+    shown = scenes.evaluation_scenes(pipe.recipe.scenes, stream.sheet, count)
+    clip = pipe.load_clip()
+    cond = clip.condition_features(clip.tokenizer.batch([s.prompt for s in shown])).float()
+    model.eval()
+    rows = [draw(model, cond[i : i + 1], cfg, top_p, torch.Generator().manual_seed(i)) for i in range(count)]
+    side = model.config.grid_hw[0]
+    images = pipe.tokenizer().decode(torch.cat(rows).reshape(count, side, side))
+    pixels = (images.permute(0, 2, 3, 1).numpy() * 255).round().astype("uint8")
+    Image.fromarray(np.concatenate(list(pixels), axis=1)).save(pipe.run / "samples.png")
+    referee = Referee(Sprites.load(sprites))
+    verdicts = [referee.prompt_match(image, s.prompt) for image, s in zip(pixels, shown, strict=True)]
+    named = sum(len(v.prompt.objects) for v in verdicts)
+    return {
+        "prompts": [s.prompt for s in shown],
+        "match": float(np.mean([v.match for v in verdicts])),
+        "objects_found": sum(len(v.found) for v in verdicts) / max(named, 1),
+        "background_right": float(np.mean([v.background_ok for v in verdicts])),
+        "said": [v.sentence() for v in verdicts],
+    }
+
+
 def typed(instance, key: str, value: str):
     """``value`` as the type of ``instance``'s field ``key``."""
     return type(getattr(instance, key))(value)
@@ -84,8 +158,14 @@ def main() -> None:
     parser.add_argument(
         "--neighbours", action="store_true", help="a trial target that also reads the row above's three tokens"
     )
+    parser.add_argument("--sample", type=int, default=0, help="then judge AR samples of this many evaluation prompts")
+    parser.add_argument("--sprites", type=Path, help="the referee's sprites (a scenes export's referee_sprites.npz)")
+    parser.add_argument("--cfg", type=float, default=3.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--encode", action="store_true", help="encode the recipe's own scenes with the source's VQ")
     args = parser.parse_args()
+    if args.sample and not args.sprites:
+        parser.error("--sample needs --sprites")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     recipe = RECIPES[args.recipe]
@@ -129,9 +209,19 @@ def main() -> None:
     pipe = Pipeline(args.run, args.run / "assets", recipe, budget)
     if args.encode:
         pipe.run_all(["tokens"])
-    stage_ar(pipe, "target")
+    if not ((args.run / "target.pt").exists() and "val_loss" in report.get("target", {})):
+        stage_ar(pipe, "target")
     target = pipe.report["target"]
     print(json.dumps({k: v for k, v in target.items() if "loss" in k or "accuracy" in k or k == "val_curve"}))
+    if args.sample:
+        config = GPTConfig(**json.loads((args.run / "target.json").read_text()))
+        model = (NeighbourGPT if args.neighbours else GPT)(config)
+        model.load_state_dict(torch.load(args.run / "target.pt", map_location="cpu", weights_only=True))
+        judged = judge_samples(pipe, model, args.sample, args.cfg, args.top_p, args.sprites)
+        report = json.loads(report_path.read_text())
+        report["samples"] = {"cfg": args.cfg, "top_p": args.top_p, **judged}
+        report_path.write_text(json.dumps(report, indent=1))
+        print(json.dumps({k: v for k, v in judged.items() if k != "prompts"}, indent=1))
 
 
 if __name__ == "__main__":
