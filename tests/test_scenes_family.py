@@ -183,6 +183,7 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     assert all(0 <= entry["val_referee_match"] <= 1 for entry in study.values())  # the VQ's referee ceiling
     check_oracle_table(study[str(report["vq"]["codes"])]["oracle"])  # the chosen codebook's oracle table
     assert report["vq"]["val_referee_match"] == study[str(report["vq"]["codes"])]["val_referee_match"]
+    assert 0 <= report["target"]["val_object_accuracy"] <= 1 and report["target"]["val_object_loss"] > 0
     assert report["data"]["held_out_combinations"] > 0 and report["data"]["val"] == recipe.smoke.held_out_scenes
     metrics = json.loads((assets / "metrics.json").read_text())
     assert metrics["scenes"]["held_out_prompts"] == 1 and metrics["scenes"]["multi_object_prompts"] >= 1
@@ -190,6 +191,7 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     for label in ("ar", "zipar-w8", "mulo-r2", "mulo-r4"):
         entry = metrics["methods"][label]
         assert 0 <= entry["adherence"] <= 1 and 0 <= entry["adherence_held_out"] <= 1
+        assert 0 <= entry["objects_found"] <= 1 and 0 <= entry["background_right"] <= 1
     assert metrics["methods"]["real images"]["adherence"] == 1.0
     card = (assets / "MODEL_CARD.md").read_text()
     assert "the exact referee's prompt match" in card and "held-out combinations" in card and "$" not in card

@@ -16,6 +16,7 @@ from mulo.engine import Engine
 from mulo.eval import harness
 from mulo.eval.metrics import acceptance_by_detail
 from mulo.eval.quality import Quality
+from mulo.eval.scene_quality import as_uint8, verdict_parts
 from mulo.scenes import parse_prompt
 
 SAMPLE_PROMPTS = [
@@ -163,11 +164,13 @@ def evaluate_scenes(engine: Engine, quality, real: np.ndarray, out: Path, seed: 
         "held_out": [i for i, p in enumerate(prompts) if p in set(held_out)],
     }
     for label, generated in images.items():
-        metrics["methods"][label].update(quality.parts(generated, quality.keys))
+        # each image judged once here for the parts and the groups' matches
+        verdicts = [quality.judge(image, key) for image, key in zip(as_uint8(generated), quality.keys, strict=True)]
+        metrics["methods"][label].update(verdict_parts(verdicts))
         for name, index in groups.items():
             if index:
-                keys = [quality.keys[i] for i in index]
-                metrics["methods"][label][f"adherence_{name}"] = round(quality.adherence(generated[index], keys), 4)
+                match = float(np.mean([verdicts[i].match for i in index]))
+                metrics["methods"][label][f"adherence_{name}"] = round(match, 4)
     metrics["scenes"] = {f"{name}_prompts": len(index) for name, index in groups.items()}
     metrics["scenes"]["real_match"] = round(quality.real_adherence(), 4)
     return metrics

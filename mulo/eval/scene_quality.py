@@ -84,15 +84,8 @@ class SceneQuality:
         return float(np.mean([self.judge(image, key).match for image, key in zip(images, keys, strict=True)]))
 
     def parts(self, images, keys: list[str]) -> dict[str, float]:
-        """What a prompt match is made of, over ``images``: the share of named emoji found exactly
-        once and the share of images on the asked background (they tell apart models that match
-        few prompts whole, the short study's)."""
-        verdicts = [self.judge(image, key) for image, key in zip(as_uint8(images), keys, strict=True)]
-        named = sum(len(v.prompt.objects) for v in verdicts)
-        return {
-            "objects_found": round(sum(len(v.found) for v in verdicts) / max(named, 1), 4),
-            "background_right": round(float(np.mean([v.background_ok for v in verdicts])), 4),
-        }
+        """``verdict_parts`` of ``images`` judged against their prompts (``keys``)."""
+        return verdict_parts([self.judge(image, key) for image, key in zip(as_uint8(images), keys, strict=True)])
 
     def score(self, images, keys: list[str]) -> dict:
         real = np.stack([self.real[k] for k in keys])
@@ -101,3 +94,14 @@ class SceneQuality:
 
     def real_adherence(self) -> float:
         return self.real_match
+
+
+def verdict_parts(verdicts) -> dict[str, float]:
+    """What prompt matches are made of, over referee ``verdicts``: the share of named emoji found
+    exactly once and the share of images on the asked background (they tell apart models that
+    match few prompts whole, the short study's)."""
+    named = sum(len(v.prompt.objects) for v in verdicts)
+    return {
+        "objects_found": round(sum(len(v.found) for v in verdicts) / max(named, 1), 4),
+        "background_right": round(float(np.mean([v.background_ok for v in verdicts])), 4),
+    }

@@ -16,6 +16,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from mulo.train.stages.ar import background_mask
 
 CONTEXTS = {
     "above": ("above",),
@@ -36,8 +39,9 @@ def neighbours(grids: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def object_mask(grids: np.ndarray) -> np.ndarray:
-    background = np.array([np.bincount(g.ravel()).argmax() for g in grids])[:, None, None]
-    return grids != background
+    """Every token but its scene's background (``stages.ar.background_mask``, as the losses read it)."""
+    flat = torch.from_numpy(grids.reshape(len(grids), -1))
+    return ~background_mask(flat).numpy().reshape(grids.shape)
 
 
 def main() -> None:
@@ -46,12 +50,10 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=6, help="training chunks counted")
     args = parser.parse_args()
     files = sorted((args.run / "scenes").glob("chunk-*.npz"))[: args.chunks]
-    side_px = max(int(k[len("tokens") :]) for k in np.load(files[0]).files if k.startswith("tokens"))
-    train = np.concatenate([np.load(f)[f"tokens{side_px}"] for f in files]).astype(np.int64)
+    px = max(int(k[len("tokens") :]) for k in np.load(files[0]).files if k.startswith("tokens"))  # the target's
+    train = np.concatenate([np.load(f)[f"tokens{px}"] for f in files]).astype(np.int64)  # [N, H, W]
     z = np.load(args.run / "tokens.npz")
-    val = z[f"tokens{side_px}"].astype(np.int64)[z["is_val"]]
-    side = int(np.sqrt(train.shape[-1] if train.ndim == 2 else train.shape[-1] * train.shape[-2]))
-    train, val = train.reshape(-1, side, side), val.reshape(-1, side, side)
+    val = z[f"tokens{px}"][z["is_val"]].astype(np.int64).reshape(-1, *train.shape[1:])
     around_train, around_val = neighbours(train), neighbours(val)
     mask = object_mask(val)
     for title, keys in CONTEXTS.items():

@@ -114,6 +114,7 @@ def judge_samples(pipe, model, count: int, cfg: float, top_p: float, sprites: Pa
     from PIL import Image
 
     from mulo.eval.referee import Referee, Sprites
+    from mulo.eval.scene_quality import verdict_parts
     from mulo.train import scenes
 
     stream = pipe.scene_stream
@@ -128,12 +129,10 @@ def judge_samples(pipe, model, count: int, cfg: float, top_p: float, sprites: Pa
     Image.fromarray(np.concatenate(list(pixels), axis=1)).save(pipe.run / "samples.png")
     referee = Referee(Sprites.load(sprites))
     verdicts = [referee.prompt_match(image, s.prompt) for image, s in zip(pixels, shown, strict=True)]
-    named = sum(len(v.prompt.objects) for v in verdicts)
     return {
         "prompts": [s.prompt for s in shown],
         "match": float(np.mean([v.match for v in verdicts])),
-        "objects_found": sum(len(v.found) for v in verdicts) / max(named, 1),
-        "background_right": float(np.mean([v.background_ok for v in verdicts])),
+        **verdict_parts(verdicts),
         "said": [v.sentence() for v in verdicts],
     }
 

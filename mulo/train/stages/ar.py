@@ -34,7 +34,10 @@ def stage_ar(pipe, stage: str) -> None:
     model.apply(init_weights)
     init_positions(model, pipe.recipe.hyper.pe_init)
     if pipe.recipe.hyper.embed_init == "pixels":
-        init_from_pixels(model, torch.load(pipe.run / "vq.pt", map_location="cpu", weights_only=True)["squares"])
+        vq = torch.load(pipe.run / "vq.pt", map_location="cpu", weights_only=True)
+        if "squares" not in vq:
+            raise ValueError("embed_init 'pixels' needs a codebook of squares; this run's VQ is a network")
+        init_from_pixels(model, vq["squares"])
     model.to(pipe.device)
     steps = {"target": pipe.budget.ar_steps, "draft_model": pipe.budget.draft_model_steps}.get(
         stage, pipe.budget.drafter_steps
@@ -164,18 +167,33 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
 def weighted_loss(model: GPT, inputs, cond, mask, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Sum of ``weights [B, L]`` times the cross-entropy of ``targets``, over ``targets.numel()``:
     the output head runs only on the positions of non-zero weight."""
-    keep = weights > 0
-    logits = model.output(model(inputs, cond, mask, hidden=True)[keep]).float()
-    losses = F.cross_entropy(logits, targets[keep], reduction="none")
-    return (losses * weights[keep]).sum() / targets.numel()
+    hidden = model(inputs, cond, mask, hidden=True)
+    return weighted_cross_entropy(model.output, hidden.reshape(-1, hidden.shape[-1]), targets, weights)
+
+
+def weighted_cross_entropy(head, features: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``head`` (features ``[N, D]`` -> logits) run only on the rows of ``features [numel, D]``
+    whose weight is non-zero, their cross-entropy against ``targets`` weighted by ``weights``
+    (both of any shape holding ``numel`` entries, in ``features``' row order), summed over
+    ``targets.numel()``: with ``background_sample``'s weights, an unbiased estimate of the mean."""
+    keep = weights.reshape(-1) > 0
+    logits = head(features[keep]).float()
+    losses = F.cross_entropy(logits, targets.reshape(-1)[keep], reduction="none")
+    return (losses * weights.reshape(-1)[keep]).sum() / targets.numel()
+
+
+def background_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """``tokens [B, L]`` -> where each is its scene's background: the scene's most common token
+    (the flat field around the objects, ~85 % of a scene)."""
+    return tokens == torch.mode(tokens, dim=1).values[:, None]
 
 
 def background_sample(tokens: torch.Tensor, share: float, rng: np.random.Generator) -> torch.Tensor:
-    """Loss weights ``[B, L]`` of a batch of scenes: 1 for every token but the background's (each
-    row's most common token: the flat field around the objects, ~85 % of a scene), and for those
-    1 / ``share`` on a random ``share`` of them, 0 on the rest. The weighted mean estimates the
-    full one without bias, and the rare object tokens keep their whole signal."""
-    background = tokens == torch.mode(tokens, dim=1).values[:, None]
+    """Loss weights ``[B, L]`` of a batch of scenes: 1 for every token but the background's
+    (``background_mask``), and for those 1 / ``share`` on a random ``share`` of them, 0 on the
+    rest. The weighted mean estimates the full one without bias, and the rare object tokens keep
+    their whole signal."""
+    background = background_mask(tokens)
     drawn = torch.from_numpy(rng.random(tokens.shape) < share).to(tokens.device)
     weights = torch.ones(tokens.shape, device=tokens.device)
     return weights.masked_fill(background, 1.0 / share).masked_fill(background & ~drawn, 0.0)
@@ -330,7 +348,7 @@ def object_losses(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, device: 
         x = tokens[i : i + batch].to(device)
         logits = model(x[:, :-1], cond[i : i + batch].to(device)).float()
         losses = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
-        background = x == torch.mode(x, dim=1).values[:, None]
+        background = background_mask(x)
         objects = ~background
         sums["object"] += float(losses[objects].sum())
         sums["object_hits"] += float((logits.argmax(-1) == x)[objects].sum())

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from mulo.models.upsample import TokenUpsampler
 from mulo.train.loop import train
-from mulo.train.stages.ar import background_sample
+from mulo.train.stages.ar import background_sample, weighted_cross_entropy
 
 
 def stage_upsampler(pipe, r: int) -> None:
@@ -42,10 +42,8 @@ def stage_upsampler(pipe, r: int) -> None:
             if share < 1.0:  # the head on every object token and a weighted share of the background's
                 step_rng = np.random.default_rng([pipe.seed, r, step])  # a resumed stage draws the same
                 weights = background_sample(high_batch.reshape(b, -1), share, step_rng)
-                keep = weights.reshape(-1) > 0
                 features = up.features(low_batch).permute(0, 2, 3, 1).reshape(-1, up.head.in_channels)
-                losses = F.cross_entropy(up.head_rows(features[keep]), high_batch.reshape(-1)[keep], reduction="none")
-                return (losses * weights.reshape(-1)[keep]).sum() / high_batch.numel()
+                return weighted_cross_entropy(up.head_rows, features, high_batch, weights)
             return F.cross_entropy(up(low_batch), high_batch)
         idx = rng.choice(train_idx, size=min(pipe.budget.upsampler_batch, len(train_idx)), replace=False)
         return F.cross_entropy(up(low[idx].to(pipe.device)), high[idx].to(pipe.device))
