@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from mulo.config import COMPILE_MODES, resolve_mode
+from mulo.models.gpt import embed_inputs
 from mulo.runner import query_bucket
 from mulo.sampling import graph_knobs, graph_probs
 
@@ -150,13 +151,16 @@ class _SampledStep(nn.Module):
         super().__init__()
         self.step = _Step(model)
         self.tok_embeddings, self.abs_pe, self.output = model.tok_embeddings, model.abs_pe, model.output
+        self.neighbour_embeddings = model.neighbour_embeddings
 
-    def forward(self, token, pe_slot, cached_mask, k_cache, v_cache, noise, knobs, top_k):
+    def forward(self, token, pe_slot, cached_mask, k_cache, v_cache, noise, knobs, top_k, neighbours=None):
         """``token``, ``pe_slot [1]`` int64; ``cached_mask [1, S]`` (the query's own slot excluded);
         the cache as ``_Step``'s; ``noise [1, V]`` exponential; ``knobs``, ``top_k`` from
-        ``graph_knobs``. Returns ``(hidden [B, 1, dim], probs [1, V], token [1], k, v)``."""
+        ``graph_knobs``; ``neighbours [1, 3]``: a neighbour-input model's row-above ids. Returns
+        ``(hidden [B, 1, dim], probs [1, V], token [1], k, v)``."""
         batch = k_cache.shape[1]
-        h = self.tok_embeddings(token)[None].expand(batch, -1, -1) + self.abs_pe[0, pe_slot]
+        embedded = embed_inputs(self.tok_embeddings, self.neighbour_embeddings, token, neighbours)
+        h = embedded[None].expand(batch, -1, -1) + self.abs_pe[0, pe_slot]
         hidden, k, v = self.step(h, cached_mask, cached_mask.new_ones(1, 1), k_cache, v_cache)
         logits = self.output(hidden).float()[:, 0]
         if batch == 2:  # classifier-free guidance, as mulo.sampling.cfg_combine
@@ -202,6 +206,8 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
         noise = torch.ones(1, c.vocab_size)
         module, inputs = _SampledStep(model), (token, pe_slot, cached_mask, cache, cache.clone(), noise, knobs, top_k)
         dynamic = ({}, {}, {1: keys}, {3: slots}, {3: slots}, {}, {}, {})
+        if c.neighbour_inputs:
+            inputs, dynamic = (*inputs, torch.full((1, c.neighbour_inputs), c.vocab_size)), (*dynamic, {})
     else:
         new_mask = torch.ones(width, width, dtype=torch.bool).tril()
         module, inputs = _Step(model), (torch.zeros(batch, width, c.dim), cached_mask, new_mask, cache, cache.clone())
@@ -358,11 +364,12 @@ class StepCompiler:
             cache.v[:, :, :, slots] = v[:, :, :, :q_len]
         return hidden[:, :q_len]
 
-    def sampled(self, token: int, slot: int, cache, knobs, generator):
-        """The sampled step: ``token`` fed at cache ``slot`` (its position embedding's too), seeing
-        every slot before it, its K/V written; returns ``(hidden [B, 1, dim], probs [1, V], next
-        token [1])``, drawn with ``generator`` as ``torch.multinomial`` draws (noise ``[1, V]``), or
-        None without a package (the caller samples eagerly; the generator has not moved)."""
+    def sampled(self, token: int, slot: int, cache, knobs, generator, neighbours=None):
+        """The sampled step: ``token`` fed at cache ``slot`` (its position embedding's too; with its
+        ``neighbours [1, 3]`` for a neighbour-input model), seeing every slot before it, its K/V
+        written; returns ``(hidden [B, 1, dim], probs [1, V], next token [1])``, drawn with
+        ``generator`` as ``torch.multinomial`` draws (noise ``[1, V]``), or None without a package
+        (the caller samples eagerly; the generator has not moved)."""
         run = self._package(cache.k.shape[1], SAMPLED)
         if run is None:
             return None
@@ -370,6 +377,8 @@ class StepCompiler:
         cache.written[slot] = True
         seen = torch.ones(1, slot, dtype=torch.bool)
         inputs = [torch.tensor([token]), torch.tensor([slot]), seen, cache.k, cache.v, noise, *knobs]
+        if neighbours is not None:
+            inputs.append(neighbours)
         hidden, probs, drawn, k, v = run(inputs)
         cache.k[:, :, :, slot] = k[:, :, :, 0]
         cache.v[:, :, :, slot] = v[:, :, :, 0]

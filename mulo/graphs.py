@@ -42,24 +42,29 @@ class _Pass:
     def __init__(self, model: GPT, cache: KVCache, width: int, n_slots: int, device, mode: str, pool):
         self.model, self.cache, self.mode = model, cache, mode
         long = dict(dtype=torch.long, device=device)
-        self.ids = torch.zeros(3, width, **long)  # token ids, position-embedding slots, cache slots
+        # token ids, position-embedding slots, cache slots, then a neighbour-input model's row above
+        rows = 3 + model.config.neighbour_inputs
+        self.ids = torch.zeros(rows, width, **long)
         self.mask = torch.zeros(width, n_slots, dtype=torch.bool, device=device)
         pinned = device.type == "cuda"
-        self.staging = torch.zeros(3, width, dtype=torch.long, pin_memory=pinned)
+        self.staging = torch.zeros(rows, width, dtype=torch.long, pin_memory=pinned)
         self.pool = pool
         self.graph = None
         self.hidden = self.logits = None
 
     def _run(self):
-        tokens, pe_slots, slots = self.ids
-        embeddings = self.model.embed_tokens(tokens)[None].expand(self.cache.k.shape[1], -1, -1)
+        tokens, pe_slots, slots = self.ids[:3]
+        neighbours = self.ids[3:].T if len(self.ids) > 3 else None
+        embeddings = self.model.embed_tokens(tokens, neighbours)[None].expand(self.cache.k.shape[1], -1, -1)
         hidden = self.model.forward_hidden(embeddings, slots, self.mask, self.cache, pe_slots)
         return hidden, self.model.output(hidden).float()
 
-    def replay(self, tokens, pe_slots, slots, mask) -> tuple[torch.Tensor, torch.Tensor]:
+    def replay(self, tokens, pe_slots, slots, mask, neighbours=None) -> tuple[torch.Tensor, torch.Tensor]:
         self.staging[0].copy_(tokens)
         self.staging[1].copy_(pe_slots)
         self.staging[2].copy_(slots)
+        if neighbours is not None:
+            self.staging[3:].copy_(neighbours.T)
         self.ids.copy_(self.staging, non_blocking=True)
         self.mask.copy_(mask)
         if self.mode == "emulate":
@@ -85,17 +90,18 @@ class PassGraphs:
         self.passes: dict[int, _Pass] = {}
         self.fallback: str | None = None  # why passes run eagerly instead (first failure)
 
-    def __call__(self, tokens, pe_slots, slots, mask):
+    def __call__(self, tokens, pe_slots, slots, mask, neighbours=None):
         """``(hidden [B, Q, dim], logits [B, Q, V] float32)`` of one fixed-shape pass (``Q`` a query
-        bucket; ``mask [Q, n_slots]`` on the device), copied out of the static outputs, or None once
-        graphs have failed (the caller runs the pass eagerly)."""
+        bucket; ``mask [Q, n_slots]`` on the device; ``neighbours [Q, 3]`` a neighbour-input model's
+        row-above ids), copied out of the static outputs, or None once graphs have failed (the
+        caller runs the pass eagerly)."""
         if self.fallback is not None:
             return None
         width = len(tokens)
         if width not in self.passes:
             self.passes[width] = _Pass(self.model, self.cache, width, mask.shape[1], self.device, self.mode, self.pool)
         try:
-            hidden, logits = self.passes[width].replay(tokens, pe_slots, slots, mask)
+            hidden, logits = self.passes[width].replay(tokens, pe_slots, slots, mask, neighbours)
         except RuntimeError as exc:  # e.g. an op that cannot be captured: eager from here on
             self.fallback = f"CUDA graph capture failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
             return None

@@ -71,6 +71,13 @@ class ModelRunner:
         self.junk = n_slots - 1 if self.fixed_shapes else None
         self.graphs = _graphs(graphs, self.fixed_shapes, model, self.cache)
         self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot
+        # A neighbour-input model's slot also depends on the tokens above what it predicts: the ids
+        # each slot was fed with (``GPT.neighbours_of``), so a slot whose row above has changed since
+        # (an unknown token now known, a draft now resampled) counts as out of date. None otherwise.
+        self._fed_neighbours = None
+        if model.neighbour_embeddings is not None:
+            self._fed_neighbours = torch.full((self.n_image, 3), -1, dtype=torch.long)
+        self._tree_neighbours = None  # the last draft tree's nodes' (``feed_tree``, ``commit_tree``)
         self._stale_from = self.n_image
         self._final_context = torch.zeros(self.n_image, dtype=torch.bool)
         self.nfe = 0
@@ -98,19 +105,38 @@ class ModelRunner:
         return self.first_logits
 
     @torch.no_grad()
-    def _feed(self, positions: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Feed ``tokens [Q]`` at image ``positions [Q]`` under ``mask [Q, S']`` in one forward pass.
+    def _feed(
+        self, positions: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, view: torch.Tensor
+    ) -> torch.Tensor:
+        """Feed ``tokens [Q]`` at image ``positions [Q]`` under ``mask [Q, S']`` in one forward pass,
+        a neighbour-input model reading the row above from ``view`` (flat, -1 = unknown: the tokens
+        its queries may see).
 
         Returns guided logits ``[Q, V]``; row q predicts position ``positions[q] + 1``.
         """
-        logits, _ = self._feed_hidden(positions, tokens, mask)
+        logits, _ = self._feed_hidden(positions, tokens, mask, neighbours=self.neighbours(view, positions))
         return logits
 
+    def neighbours(self, view: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | None:
+        """The row-above ids ``[Q, 3]`` of inputs at image ``positions`` (each predicting the next
+        position) read from ``view``, or None for a model that reads none."""
+        if self._fed_neighbours is None:
+            return None
+        return self.model.neighbours_of(view.cpu(), torch.as_tensor(positions, dtype=torch.long).cpu() + 1)
+
+    def embed(self, tokens: torch.Tensor, neighbours: torch.Tensor | None) -> torch.Tensor:
+        """Inputs ``[B, Q, dim]`` of ``tokens [Q]`` (and their ``neighbours``) for every CFG branch."""
+        if neighbours is not None:
+            neighbours = neighbours.to(self.device)
+        embedded = self.model.embed_tokens(tokens.to(self.device), neighbours)
+        return embedded[None].expand(self.cache.k.shape[1], -1, -1)
+
     @torch.no_grad()
-    def _feed_hidden(self, positions, tokens, mask, slots=None):
+    def _feed_hidden(self, positions, tokens, mask, slots=None, neighbours=None):
         """``_feed``, also returning the per-branch hidden state ``[B, Q, dim]``; ``slots`` (default:
         the positions' own) are where K/V go (scratch slots for tree nodes, which are not recorded
-        as fed: their positions' own slots are untouched). ``mask`` is on the model's device."""
+        as fed: their positions' own slots are untouched). ``mask`` is on the model's device;
+        ``neighbours [Q, 3]``: a neighbour-input model's row-above ids of each input."""
         positions = positions.to(torch.long).cpu()
         if int(positions.max()) >= self.n_image - 1 or int(positions.min()) < 0:
             raise ValueError(f"image positions must be in [0, {self.n_image - 2}] to be fed")
@@ -118,16 +144,18 @@ class ModelRunner:
         n = len(positions)
         pe_slots = positions + self.n_cond
         cache_slots = pe_slots if slots is None else torch.as_tensor(slots, dtype=torch.long).cpu()
+        fed_neighbours = neighbours
         if self.fixed_shapes:
             mask, pad = pad_mask(mask, self.cache.n_slots, self.junk), query_bucket(n) - n
             tokens, pe_slots = pad_rows(tokens, pad, 0), pad_rows(pe_slots, pad, self.n_cond)
             cache_slots = pad_rows(cache_slots, pad, self.junk)
-        graphed = None if self.graphs is None else self.graphs(tokens, pe_slots, cache_slots, mask)
+            if neighbours is not None:
+                neighbours = pad_rows(neighbours, pad, self.vocab_size)
+        graphed = None if self.graphs is None else self.graphs(tokens, pe_slots, cache_slots, mask, neighbours)
         if graphed is not None:
             hidden, logits = graphed[0][:, :n], graphed[1][:, :n]
         else:
-            embeddings = self.model.embed_tokens(tokens.to(self.device))[None]
-            embeddings = embeddings.expand(self.cache.k.shape[1], -1, -1)
+            embeddings = self.embed(tokens, neighbours)
             hidden = self.model.forward_hidden(
                 embeddings, cache_slots.to(self.device), mask, self.cache, pe_slots.to(self.device)
             )[:, :n]
@@ -135,6 +163,8 @@ class ModelRunner:
         self._count(len(tokens))  # padding included: what the pass computed
         if slots is None:
             self._fed[positions] = tokens[:n]
+            if self._fed_neighbours is not None:
+                self._fed_neighbours[positions] = fed_neighbours
         return self._guided(logits), hidden
 
     def _count(self, width: int) -> None:
@@ -183,18 +213,21 @@ class ModelRunner:
             if self._graph_knobs is None:
                 self._graph_knobs = graph_knobs(self.guidance, *self.sampling, self.vocab_size)
             token = int(seq[last])
+            neighbours = self.neighbours(self._fed, [last])  # (in step: the slots before hold seq)
             with torch.no_grad():
-                out = compiled.sampled(token, self.n_cond + last, self.cache, self._graph_knobs, generator)
+                out = compiled.sampled(token, self.n_cond + last, self.cache, self._graph_knobs, generator, neighbours)
             if out is not None:  # (None: no package yet, compiling in the background)
-                self._record_step(last, token)
+                self._record_step(last, token, neighbours)
                 return out[2][0], out[1][0]
         probs = self.probs(self.next_logits(seq, u))
         return sample(probs.float().cpu(), generator), probs
 
-    def _record_step(self, position: int, token: int) -> None:
+    def _record_step(self, position: int, token: int, neighbours: torch.Tensor | None) -> None:
         """The bookkeeping of one fed slot (``_feed_one``'s)."""
         self._count(1)
         self._fed[position] = token
+        if neighbours is not None:
+            self._fed_neighbours[position] = neighbours[0]
         if self._stale_from <= position:
             self._stale_from = position + 1
 
@@ -206,7 +239,16 @@ class ModelRunner:
             and self._stale_from >= last
             and 0 <= last < self.n_image - 1
             and torch.equal(self._fed[:last], seq[:last])
+            and not bool(self._neighbours_outdated(seq, last).any())
         )
+
+    def _neighbours_outdated(self, view: torch.Tensor, limit: int) -> torch.Tensor:
+        """``[limit]``: the slots before ``limit`` fed with other row-above ids than ``view`` gives
+        them now (all False for a model that reads none)."""
+        if self._fed_neighbours is None or limit <= 0:
+            return torch.zeros(max(limit, 0), dtype=torch.bool)
+        now = self.neighbours(view[:limit], torch.arange(limit))
+        return (self._fed_neighbours[:limit] != now).any(-1)
 
     @torch.no_grad()
     def _feed_one(self, position: int, token: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,12 +256,12 @@ class ModelRunner:
         its own (the causal row), without the general path's scans. Returns the guided logits
         ``[V]`` of ``position + 1`` and the hidden state ``[B, 1, dim]``."""
         slot = self.n_cond + position
-        embeddings = self.model.embed_tokens(torch.tensor([token], device=self.device))
-        embeddings = embeddings[None].expand(self.cache.k.shape[1], -1, -1)
+        neighbours = self.neighbours(self._fed, [position])  # (in step: the slots before hold seq)
+        embeddings = self.embed(torch.tensor([token]), neighbours)
         mask = torch.ones(1, slot + 1, dtype=torch.bool, device=self.device)
         hidden = self.model.forward_hidden(embeddings, torch.tensor([slot], device=self.device), mask, self.cache)
         logits = self.model.output(hidden).float()
-        self._record_step(position, token)
+        self._record_step(position, token, neighbours)
         return self._guided(logits)[0], hidden
 
     def span_probs(self, seq: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -246,7 +288,7 @@ class ModelRunner:
         extra = self._outdated(seq, int(positions.max()), contiguous=False)
         extra = extra[~torch.isin(extra, positions)]
         order = torch.cat([extra, positions])
-        logits = self._feed(order, torch.cat([seq[extra], tokens]), self._causal_mask(order))
+        logits = self._feed(order, torch.cat([seq[extra], tokens]), self._causal_mask(order), seq)
         self._stale_from = self.n_image  # every stale slot before the inputs was just re-fed
         return logits[len(extra) :]
 
@@ -263,14 +305,16 @@ class ModelRunner:
         final tokens, once. Every slot a query sees then carries K/V computed over final tokens
         (and ZipAR's proxies) only. Returns the guided logits of ``inputs``."""
         limit = int(inputs.max())
-        outdated = self._fed[:limit] != seq[:limit]
+        view = torch.where(final, seq, -1)  # the row above as these queries may see it: final tokens
+        outdated = (self._fed[:limit] != seq[:limit]) | self._neighbours_outdated(view, limit)
         if self.refresh:
             outdated |= (torch.arange(limit) >= self._stale_from) & ~self._final_context[:limit]
         rewrite_mask = outdated & final[:limit]
         rewrite_mask[inputs[inputs < limit]] = False
         rewrite = rewrite_mask.nonzero()[:, 0]
         positions = torch.cat([rewrite, inputs])
-        logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), self._final_mask(positions, final | proxied))
+        mask = self._final_mask(positions, final | proxied)
+        logits = self._feed(positions, torch.cat([seq[rewrite], tokens]), mask, view)
         self._final_context[positions] = True
         return logits[len(rewrite) :]
 
@@ -294,11 +338,36 @@ class ModelRunner:
         mask = torch.zeros(1 + m, self.n_main + m, dtype=torch.bool, device=self.device)
         mask[:, : self.n_cond + root + 1] = True  # condition, committed prefix and the root
         mask[1:, self.n_main :] = visible.to(self.device)
-        tokens = torch.cat([seq[root : root + 1], torch.as_tensor(tokens, dtype=torch.long)])
+        nodes = torch.as_tensor(tokens, dtype=torch.long)
+        tokens = torch.cat([seq[root : root + 1], nodes])
         self.cache.written[self.n_main :] = False  # the last tree's nodes (and the junk slot) are gone
-        logits, hidden = self._feed_hidden(all_positions, tokens, mask, slots)
+        neighbours = None
+        if self._fed_neighbours is not None:
+            self._tree_neighbours = self.tree_neighbours(seq, root, positions, nodes, visible)
+            neighbours = torch.cat([self.neighbours(seq, [root]), self._tree_neighbours])
+        logits, hidden = self._feed_hidden(all_positions, tokens, mask, slots, neighbours)
         self._fed[root] = seq[root]
+        if neighbours is not None:
+            self._fed_neighbours[root] = neighbours[0]
         return logits, hidden
+
+    def tree_neighbours(self, seq, root: int, positions, tokens, visible: torch.Tensor) -> torch.Tensor | None:
+        """Row-above ids ``[R, 3]`` of the last ``R`` of ``M`` draft-tree nodes (``tokens [M]`` at
+        image ``positions [M]``, grown after ``seq``'s committed prefix up to ``root``); ``visible
+        [R, M]`` marks each one's path (its ancestors and itself). A node deep enough below the
+        root (a grid width) has its row above on its own path, not in ``seq``."""
+        if self._fed_neighbours is None:
+            return None
+        positions = torch.as_tensor(positions, dtype=torch.long)
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        visible = visible.cpu()
+        prefix = seq.clone()
+        prefix[root + 1 :] = -1
+        views = prefix.expand(visible.shape[0], -1).clone()  # each node's path laid over the prefix
+        row, node = visible.nonzero(as_tuple=True)
+        views[row, positions[node]] = tokens[node]
+        own = positions[positions.numel() - visible.shape[0] :]
+        return self.model.neighbours_of(views, own[:, None] + 1)[:, 0]
 
     def commit_tree(self, nodes, positions, tokens) -> None:
         """The accepted path's nodes (scratch indices) become the prefix: their K/V, computed in
@@ -311,6 +380,9 @@ class ModelRunner:
         self.cache.v[:, :, :, dst] = self.cache.v[:, :, :, src]
         self.cache.written[dst] = True
         self._fed[torch.as_tensor(positions, dtype=torch.long)] = torch.as_tensor(tokens, dtype=torch.long)
+        if self._fed_neighbours is not None:  # fed on their path, which is now the prefix
+            nodes = torch.as_tensor(nodes, dtype=torch.long)
+            self._fed_neighbours[torch.as_tensor(positions, dtype=torch.long)] = self._tree_neighbours[nodes]
 
     # -- masks over cache slots (built on the model's device) ---------------------------------
     def _width(self, positions: torch.Tensor) -> int:
@@ -345,7 +417,7 @@ class ModelRunner:
         head = seq[:limit]
         pos = torch.arange(len(head))
         known = head >= 0
-        bad = known & ((self._fed[:limit] != head) | (pos >= self._stale_from))
+        bad = known & ((self._fed[:limit] != head) | (pos >= self._stale_from) | self._neighbours_outdated(seq, limit))
         if contiguous and bool(bad.any()):
             bad = known & (pos >= int(bad.nonzero()[0]))
         return pos[bad]
@@ -357,7 +429,7 @@ class ModelRunner:
         positions = self._outdated(seq, last, self.refresh)
         extra = torch.tensor([last]) if include is None else include
         positions = torch.unique(torch.cat([positions, extra]))
-        logits = self._feed(positions, seq[positions], self._causal_mask(positions))
+        logits = self._feed(positions, seq[positions], self._causal_mask(positions), seq)
         if self._stale_from <= last:  # slots up to ``last`` were just re-encoded in order
             self._stale_from = last + 1
         return logits, positions

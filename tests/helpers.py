@@ -37,12 +37,26 @@ def run_cli(*args, env: dict | None = None, timeout: float = 120) -> subprocess.
 
 
 def tiny_gpt(
-    seed: int, vocab: int, side: int | None = None, dim_preset: str = "test-tiny", std: float = 0.5, grid=None
+    seed: int,
+    vocab: int,
+    side: int | None = None,
+    dim_preset: str = "test-tiny",
+    std: float = 0.5,
+    grid=None,
+    neighbour_inputs: int = 0,
 ) -> GPT:
-    """A random GPT over a ``side`` x ``side`` grid (or ``grid``, ``(height, width)``)."""
+    """A random GPT over a ``side`` x ``side`` grid (or ``grid``, ``(height, width)``), reading
+    the row above when ``neighbour_inputs`` is 3."""
     height, width = grid or (side, side)
     config = GPTConfig.preset(
-        dim_preset, vocab_size=vocab, max_seq_len=height * width, cond_len=2, cond_dim=4, multiple_of=32, grid=grid
+        dim_preset,
+        vocab_size=vocab,
+        max_seq_len=height * width,
+        cond_len=2,
+        cond_dim=4,
+        multiple_of=32,
+        grid=grid,
+        neighbour_inputs=neighbour_inputs,
     )
     return init_random_(GPT(config), seed, std=std).eval()
 

@@ -102,19 +102,24 @@ def _path_context(tree, node):
     return path[::-1]
 
 
-def test_tree_pass_equals_each_path_run_alone():
+@pytest.mark.parametrize("neighbour_inputs", [0, 3])
+def test_tree_pass_equals_each_path_run_alone(neighbour_inputs):
     """The one verification pass gives every node the target's distribution given exactly the
-    committed prefix, the root and its own ancestors: a sibling's branch never leaks in."""
-    target = tiny_gpt(41, 16, 4)
+    committed prefix, the root and its own ancestors: a sibling's branch never leaks in. A target
+    that reads the row above reads it on the node's own path once the chain is a row deep (the
+    4-wide grid's node at position 6 predicts 7, whose row above holds the node at 4)."""
+    target = tiny_gpt(41, 16, 4, neighbour_inputs=neighbour_inputs)
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
     seq = torch.full((16,), -1, dtype=torch.long)
     seq[:4] = torch.tensor([3, 1, 4, 1])
     tree = DraftTree(root=3)
     a = tree.add(-1, 5, 0.5, -0.7)
     b = tree.add(-1, 9, 0.3, -1.2)
-    tree.add(a, 2, 0.6, -0.5)
+    c = tree.add(a, 2, 0.6, -0.5)
     tree.add(b, 6, 0.9, -0.1)
     tree.add(b, 5, 0.05, -3.0)
+    deep = tree.add(tree.add(c, 7, 0.5, -0.7), 8, 0.5, -0.7)  # positions 6, 7
+    tree.add(deep, 1, 0.5, -0.7)  # position 8: its whole row above is on its path
     runner = ModelRunner(target, cond, 2.0, 1.0, 0, 1.0, scratch=len(tree))
     runner.prefill()
     runner.span_probs(seq, 1, 4)  # positions 0..2 fed
@@ -132,10 +137,11 @@ def test_tree_pass_equals_each_path_run_alone():
         assert torch.allclose(probs[node + 1], expected, atol=1e-5), node
 
 
-def test_committed_nodes_continue_like_ar():
+@pytest.mark.parametrize("neighbour_inputs", [0, 3])
+def test_committed_nodes_continue_like_ar(neighbour_inputs):
     """After a tree pass, moving an accepted path's K/V into place leaves the cache as if the path
     had been fed in raster order."""
-    target = tiny_gpt(42, 16, 4)
+    target = tiny_gpt(42, 16, 4, neighbour_inputs=neighbour_inputs)
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(2))
     seq = torch.full((16,), -1, dtype=torch.long)
     seq[:3] = torch.tensor([7, 7, 1])
@@ -162,9 +168,12 @@ def _head_family(target, seed):
     return family
 
 
-@pytest.mark.parametrize("top_k,budget,depth", [(3, 40, 3), (2, 5, 2), (1, 2, 1)])
-def test_greedy_eagle2_equals_greedy_ar(top_k, budget, depth):
-    fam = toy.build()
+@pytest.mark.parametrize(
+    "top_k,budget,depth,neighbour_inputs", [(3, 40, 3, 0), (2, 5, 2, 0), (1, 2, 1, 0), (3, 40, 3, 3), (2, 40, 10, 3)]
+)
+def test_greedy_eagle2_equals_greedy_ar(top_k, budget, depth, neighbour_inputs):
+    """(Depth 10 on the 8-wide toy: nodes whose row above lies on their own path.)"""
+    fam = toy.build(neighbour_inputs=neighbour_inputs)
     cond = fam.condition("red apple")
     for seed in range(3):
         expected, _, _ = run_method(ar.generate, fam, cond, seed, temperature=0.0)

@@ -18,6 +18,11 @@ final tokens) and the rules the docstrings state, then runs the target *without 
 
 With ``refresh`` off (the stale-K/V ablation) the same comparison must fail: that is what
 makes this test able to fail at all.
+
+A target that reads the row above (``GPTConfig.neighbour_inputs``) is checked the same way: each
+event reads its row above from the final tokens of its pass (the verification's from the accepted
+prefix), and a final slot last written reading another row above than the final tokens now give
+is written again, like a slot holding another token.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from mulo.sampling import cfg_combine
 CASES = {
     "raster": dict(resampling="raster"),
     "islands": dict(resampling="islands"),
-    # one island over most of the grid: rows start early, on ZipAR's proxies
-    "island-zipar": dict(resampling="islands", island_window=2, radius=1, tau=0.0003, seed=3),
+    # one island over most of the grid: rows start early, on ZipAR's proxies (the row-above toy's
+    # seed 3 leaves no stale K/V where a query looks, so its ablation could not fail: seed 4)
+    "island-zipar": dict(resampling="islands", island_window=2, radius=1, tau=0.0003, seed=3, row_above_seed=4),
 }
 # One round over the whole 8x8 grid (4 low-res rows) with kept and re-opened drafts after t0.
 ROUND = dict(rows_per_block=4, tau=0.001, radius=0, seed=1)
@@ -60,7 +66,9 @@ def record_queries(engine, monkeypatch, knobs):
     monkeypatch.setattr(ModelRunner, "feed_over_final", spy_over_final)
     monkeypatch.setattr(ModelRunner, "next_logits", spy_next)
     knobs = {**ROUND, **knobs}
-    seed = knobs.pop("seed")
+    seed, row_above_seed = knobs.pop("seed"), knobs.pop("row_above_seed", None)
+    if row_above_seed is not None and target.neighbour_embeddings is not None:
+        seed = row_above_seed
     result = engine.generate("red apple", "mulo", seed, knobs)
     return result, queries, spy_over_final.runner
 
@@ -73,23 +81,38 @@ def guided(model, runner, embeddings, positions, mask) -> torch.Tensor:
     return logits[0] if logits.shape[0] == 1 else cfg_combine(logits[0], logits[1], runner.guidance)
 
 
+@pytest.fixture(scope="module", params=[0, 3], ids=["plain", "row-above"])
+def engine(request):
+    from mulo.engine import Engine
+    from mulo.families import toy
+
+    return Engine(toy.build(neighbour_inputs=request.param))
+
+
+def row_above(model, view: torch.Tensor, position: int):
+    """The row-above ids the input at ``position`` reads in ``view`` (None: a plain model)."""
+    ids = model.neighbours_of(view, torch.tensor([position + 1]))
+    return None if ids is None else tuple(ids[0].tolist())
+
+
 def raster_reference(model, runner, final_tokens) -> dict[int, torch.Tensor]:
     n_cond, n = runner.n_cond, len(final_tokens)
-    emb = model.embed_tokens(final_tokens[: n - 1])[None]
+    emb = model.embed_tokens(final_tokens[: n - 1], model.neighbours_of(final_tokens, torch.arange(1, n)))[None]
     logits = guided(model, runner, emb, torch.arange(n_cond + n - 1), None)
     return {u: logits[n_cond - 1 + u] for u in range(1, n)}
 
 
-def island_events(rnd, final_tokens, width: int):
+def island_events(model, rnd, final_tokens, width: int):
     """The writes of one round's island resampling, from the trace: ``[(pos, token, pass,
-    visible positions)]`` in order, and ``{u: index of the event that predicts u}``."""
+    visible positions, row-above ids)]`` in order, and ``{u: index of the event that predicts u}``."""
     n = len(final_tokens)
     waves = torch.from_numpy(rnd.resampled).reshape(-1)
     reopened = torch.from_numpy(rnd.reopened).reshape(-1).bool()
     t0 = rnd.t0
-    events = [(v, int(final_tokens[v]), 0, list(range(v))) for v in range(t0)]  # the verification
-    holds = {v: (int(final_tokens[v]), "final") for v in range(t0)}
-    holds.update({v: (None, "stale") for v in range(t0, n - 1)})  # written while drafts were visible
+    above = [row_above(model, final_tokens, v) for v in range(t0)]  # the accepted prefix's
+    events = [(v, int(final_tokens[v]), 0, list(range(v)), above[v]) for v in range(t0)]  # the verification
+    holds = {v: (int(final_tokens[v]), "final", above[v]) for v in range(t0)}
+    holds.update({v: (None, "stale", None) for v in range(t0, n - 1)})  # written while drafts were visible
     proxied: set[int] = set()
     predicts = {}
     for w in range(2, int(waves.max()) + 1):
@@ -97,6 +120,7 @@ def island_events(rnd, final_tokens, width: int):
         queries = (waves == w).nonzero()[:, 0].tolist()
         inputs = [u - 1 for u in queries]
         proxied = {v for v in proxied if not final[v]}
+        view = torch.where(final, final_tokens, -1)  # the row above as this pass has it
         seen = final.clone()
         seen[list(proxied)] = True
         writes = {}
@@ -108,11 +132,11 @@ def island_events(rnd, final_tokens, width: int):
                 writes[v] = int(final_tokens[max(x for x in row if final[x])])
                 proxied.add(v)
         for v in range(max(inputs)):
-            if final[v] and v not in writes and holds[v] != (int(final_tokens[v]), "final"):
+            if final[v] and v not in writes and holds[v] != (int(final_tokens[v]), "final", row_above(model, view, v)):
                 writes[v] = int(final_tokens[v])
         for v in sorted(writes):
-            events.append((v, writes[v], w, [x for x in range(v) if seen[x]]))
-            holds[v] = (writes[v], "final" if final[v] else "proxy")
+            events.append((v, writes[v], w, [x for x in range(v) if seen[x]], row_above(model, view, v)))
+            holds[v] = (writes[v], "final" if final[v] else "proxy", row_above(model, view, v))
         start = len(events) - len(writes)
         for k in range(start, len(events)):
             if events[k][0] in inputs:
@@ -121,7 +145,7 @@ def island_events(rnd, final_tokens, width: int):
 
 
 def island_reference(model, runner, rnd, final_tokens, width: int) -> dict[int, torch.Tensor]:
-    events, predicts = island_events(rnd, final_tokens, width)
+    events, predicts = island_events(model, rnd, final_tokens, width)
     n_cond, m = runner.n_cond, len(events)
     mask = torch.zeros(n_cond + m, n_cond + m, dtype=torch.bool)
     mask[:, :n_cond] = True
@@ -135,7 +159,8 @@ def island_reference(model, runner, rnd, final_tokens, width: int) -> dict[int, 
             for x in events[k][3]:
                 assert x in latest, f"position {x} is seen before anything was written there"
                 mask[n_cond + k, n_cond + latest[x]] = True
-    emb = model.embed_tokens(torch.tensor([e[1] for e in events]))[None]
+    above = None if events[0][4] is None else torch.tensor([e[4] for e in events])
+    emb = model.embed_tokens(torch.tensor([e[1] for e in events]), above)[None]
     positions = torch.cat([torch.arange(n_cond), n_cond + torch.tensor([e[0] for e in events])])
     logits = guided(model, runner, emb, positions, mask)
     return {u: logits[n_cond + k] for u, k in predicts.items()}
@@ -154,8 +179,8 @@ def compare(engine, monkeypatch, case: str, refresh: bool) -> float:
         expected = raster_reference(model, runner, final_tokens)
     else:
         expected = island_reference(model, runner, rnd, final_tokens, width)
-        events, _ = island_events(rnd, final_tokens, width)
-        proxies = sum(wave > 0 and token != int(final_tokens[pos]) for pos, token, wave, _ in events)
+        events, _ = island_events(model, rnd, final_tokens, width)
+        proxies = sum(wave > 0 and token != int(final_tokens[pos]) for pos, token, wave, *_ in events)
         assert (proxies > 0) == ("island_window" in knobs)
     assert set(queries) <= set(expected)
     assert len(queries) == int((rnd.resampled > 1).sum())  # every query after t0 was recorded

@@ -109,10 +109,10 @@ def test_resampling_queries_see_the_committed_tokens(engine, monkeypatch, resamp
     calls = []
     feed = ModelRunner._feed  # every forward pass after the prefill goes through it
 
-    def spy(self, positions, tokens, mask):
+    def spy(self, positions, tokens, mask, view):
         if self.model is engine.family.target:
             calls.append((positions.clone(), mask.clone(), self._fed.clone(), self.n_cond))
-        return feed(self, positions, tokens, mask)
+        return feed(self, positions, tokens, mask, view)
 
     monkeypatch.setattr(ModelRunner, "_feed", spy)
     result = tokens(

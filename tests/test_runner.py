@@ -17,9 +17,9 @@ def fed_positions(monkeypatch):
     calls = []
     feed, feed_one = ModelRunner._feed, ModelRunner._feed_one
 
-    def spy(self, positions, tokens, mask):
+    def spy(self, positions, tokens, mask, view):
         calls.append(positions.tolist())
-        return feed(self, positions, tokens, mask)
+        return feed(self, positions, tokens, mask, view)
 
     def spy_one(self, position, token):
         calls.append([position])

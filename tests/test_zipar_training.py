@@ -43,15 +43,16 @@ def zipar_decode(model, cond, window: int, draw):
     return seq, decoded
 
 
-@pytest.mark.parametrize("window", [1, 2, 3])
-def test_teacher_forced_probs_under_the_mask_equal_zipar_decoding(window):
+@pytest.mark.parametrize("window,neighbour_inputs", [(1, 0), (2, 0), (3, 0), (2, 3), (3, 3)])
+def test_teacher_forced_probs_under_the_mask_equal_zipar_decoding(window, neighbour_inputs):
     """Every query of one masked teacher-forced pass gets the distribution ZipAR decoding gets. The
     decoding draws one constant token, so a proxy (the row's latest token, fed at the slot of the
     row above's last token until that one is sampled) holds what the teacher-forced slot holds:
     what is compared is only which slots each query sees, directly and through the K/V of the
-    slots it sees (computed when they were fed)."""
+    slots it sees (computed when they were fed). A model that reads the row above finds it known
+    in decoding from window 2 on (the windows it trains under), as in the teacher-forced pass."""
     side = 5
-    model = tiny_gpt(seed=3, vocab=16, side=side)
+    model = tiny_gpt(seed=3, vocab=16, side=side, neighbour_inputs=neighbour_inputs)
     cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(4))
     seq, decoded = zipar_decode(model, cond, window, lambda probs: torch.full((len(probs),), 7))
     with torch.no_grad():

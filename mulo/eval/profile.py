@@ -83,11 +83,14 @@ def profile_model(model: GPT, cond: torch.Tensor, repeats: int = 5, graphs: bool
     verify_mask = torch.arange(cond_len + n - 1, device=device)[None, :] <= slots[:, None]
     step_mask = torch.ones(1, cond_len + n - 1, dtype=torch.bool, device=device)
 
+    neighbours = model.neighbours_of(tokens, torch.arange(1, n, device=device))  # (None: reads no row above)
+
     def verify():
-        model.forward_embeddings(model.embed_tokens(tokens), slots, verify_mask, cache)
+        model.forward_embeddings(model.embed_tokens(tokens, neighbours), slots, verify_mask, cache)
 
     def step():
-        model.forward_embeddings(model.embed_tokens(tokens[:, -1:]), slots[-1:], step_mask, cache)
+        last = None if neighbours is None else neighbours[:, -1:]
+        model.forward_embeddings(model.embed_tokens(tokens[:, -1:], last), slots[-1:], step_mask, cache)
 
     row = {"tokens": n, "verify_s": _timed(verify, device, repeats), "step_s": _timed(step, device, repeats)}
     row["ratio"] = row["verify_s"] / row["step_s"]

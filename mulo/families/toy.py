@@ -78,10 +78,11 @@ def load(name: str = "toy", device: str = "cpu") -> Family:
     return build().to(device)
 
 
-def build(seed: int = 0, grid: int = GRID) -> Family:
-    """The toy family on a ``grid`` x ``grid`` target (8 by default; larger for tests of scale)."""
-    target = _gpt(seed, grid)
-    drafters = {2: _gpt(seed + 1, grid // 2), 4: _gpt(seed + 2, grid // 4)}
+def build(seed: int = 0, grid: int = GRID, neighbour_inputs: int = 0) -> Family:
+    """The toy family on a ``grid`` x ``grid`` target (8 by default; larger for tests of scale);
+    ``neighbour_inputs`` (``GPTConfig``'s) for every model, as the scenes family has them."""
+    target = _gpt(seed, grid, neighbour_inputs=neighbour_inputs)
+    drafters = {r: _gpt(seed + i, grid // r, neighbour_inputs=neighbour_inputs) for i, r in ((1, 2), (2, 4))}
     draft_model = init_random_(
         GPT(
             GPTConfig(
@@ -93,6 +94,7 @@ def build(seed: int = 0, grid: int = GRID) -> Family:
                 cond_len=COND_LEN,
                 cond_dim=COND_DIM,
                 multiple_of=16,
+                neighbour_inputs=neighbour_inputs,
             )
         ),
         seed + 3,

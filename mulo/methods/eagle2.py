@@ -83,11 +83,11 @@ class HeadRunner:
 
     def _inputs_after(self, slots: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
         """Embedded inputs at ``slots + 1`` (increasing): condition embeddings, then image tokens of
-        ``seq``."""
+        ``seq`` (the target's inputs, a neighbour-input target's row above included)."""
         after, n_cond = slots + 1, self.target.n_cond
         cond = self.target.cond_embeddings[:, after[after < n_cond]]
-        tokens = seq[after[after >= n_cond] - n_cond].to(self.target.device)
-        image = self.target.model.embed_tokens(tokens)[None].expand(cond.shape[0], -1, -1)
+        positions = after[after >= n_cond] - n_cond
+        image = self.target.embed(seq[positions], self.target.neighbours(seq, positions))
         return torch.cat([cond, image], dim=1)
 
     @torch.no_grad()
@@ -105,18 +105,20 @@ class HeadRunner:
         return predicted[:, -1:], self._probs(predicted[:, -1:])[0]
 
     @torch.no_grad()
-    def expand(self, parent_features: torch.Tensor, tokens, positions, ancestors: torch.Tensor, root: int):
+    def expand(
+        self, parent_features: torch.Tensor, tokens, positions, ancestors: torch.Tensor, root: int, neighbours=None
+    ):
         """Feed tree nodes (``tokens`` at image ``positions``, after their parents' predicted
         ``parent_features [B, F, dim]``) into the next scratch slots; ``ancestors [F, used + F]``
-        marks which scratch slots each sees (its fed ancestors and itself). Returns each node's
-        predicted feature ``[B, F, dim]`` and draft distribution ``[F, V]``."""
+        marks which scratch slots each sees (its fed ancestors and itself); ``neighbours [F, 3]``: a
+        neighbour-input target's row-above ids of each. Returns each node's predicted feature
+        ``[B, F, dim]`` and draft distribution ``[F, V]``."""
         n_cond, count = self.target.n_cond, len(tokens)
         slots = self.n_main + self.used + torch.arange(count)
         mask = torch.zeros(count, self.n_main + self.used + count, dtype=torch.bool, device=self.target.device)
         mask[:, : n_cond + root] = True  # the condition and the head's committed slots up to the root step
         mask[:, self.n_main :] = ancestors.to(self.target.device)
-        embedded = self.target.model.embed_tokens(torch.as_tensor(tokens).to(self.target.device))
-        inputs = embedded[None].expand(parent_features.shape[0], -1, -1)
+        inputs = self.target.embed(torch.as_tensor(tokens, dtype=torch.long), neighbours)
         pe_slots = n_cond + torch.as_tensor(positions) - 1
         predicted = self._run(parent_features, inputs, slots, mask, pe_slots)
         self.used += count
@@ -146,7 +148,11 @@ def grow_tree(head: HeadRunner, seq: torch.Tensor, root: int, depth: int, top_k:
         features = torch.cat([parent_feature[j] for j in frontier], dim=1)
         tokens = [tree.tokens[j] for j in frontier]
         positions = [tree.position(j) for j in frontier]
-        predicted, child_probs = head.expand(features, tokens, positions, visible, root)
+        path = fed + frontier  # a node deep below the root reads its row above on its own path
+        neighbours = head.target.tree_neighbours(
+            seq, root, [tree.position(j) for j in path], [tree.tokens[j] for j in path], visible
+        )
+        predicted, child_probs = head.expand(features, tokens, positions, visible, root, neighbours)
         fed += frontier
         born = []
         for i, children in enumerate(_add_best(tree, frontier, child_probs, top_k)):

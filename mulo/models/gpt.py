@@ -36,6 +36,37 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 COND_TYPES = ("features", "class", "indices")
+NEIGHBOUR_INPUTS = (0, 3)  # none, or the row above's three (GPTConfig.neighbour_inputs)
+
+
+def upper_neighbours(view: torch.Tensor, predicted: torch.Tensor, width: int, none: int) -> torch.Tensor:
+    """The ids ``[..., Q, 3]`` a neighbour-input model adds at the slots predicting the raster
+    positions ``predicted [..., Q]``: the tokens of ``view [..., n]`` (flat, -1 = unknown) above-left,
+    above and above-right of each, and ``none`` where that cell is off the grid or unknown.
+    ``predicted`` broadcasts against ``view``'s leading dimensions (one list for a batch of views,
+    or one position per view)."""
+    row, col = predicted // width, predicted % width
+    lead = view.shape[:-1] + predicted.shape[-1:]
+    ids = []
+    for shift in (-1, 0, 1):
+        inside = (row > 0) & (col + shift >= 0) & (col + shift < width)
+        source = (predicted - width + shift).clamp(0, view.shape[-1] - 1)
+        found = torch.gather(view, -1, torch.broadcast_to(source, lead))
+        ids.append(torch.where(inside & (found >= 0), found, none))
+    return torch.stack(ids, dim=-1)
+
+
+def embed_inputs(tok_embeddings: nn.Embedding, neighbour_embeddings, tokens, neighbours) -> torch.Tensor:
+    """Input embeddings of ``tokens [...]``, plus, for a neighbour-input model
+    (``neighbour_embeddings``: its three tables), those of ``neighbours [..., 3]``."""
+    x = tok_embeddings(tokens)
+    if neighbour_embeddings is None:
+        return x
+    if neighbours is None:
+        raise ValueError("this model reads the row above: its inputs need their neighbours (upper_neighbours)")
+    for i, table in enumerate(neighbour_embeddings):
+        x = x + table(neighbours[..., i])
+    return x
 
 
 @dataclass(frozen=True)
@@ -61,6 +92,12 @@ class GPTConfig:
     norm_eps: float = 1e-5
     # Dropout on each residual branch while training (a regulariser; inference never drops).
     dropout: float = 0.0
+    # 3: the slot that predicts token (r, c) also adds learned embeddings of the tokens above-left,
+    # above and above-right of it, (r - 1, c - 1 .. c + 1) (``upper_neighbours``); 0: off (Tar, the
+    # first families). Why: a grid's row above is 32 slots back, which a small target learns to find
+    # by attention only slowly; fed directly, the scenes target learnt its objects 5x faster
+    # (docs/notebook/session-2026-11-29-neighbours.md).
+    neighbour_inputs: int = 0
 
     @classmethod
     def preset(cls, name: str, **overrides) -> GPTConfig:
@@ -85,6 +122,8 @@ class GPTConfig:
         h, w = self.grid_hw
         if h * w != self.max_seq_len:
             raise ValueError(f"grid {h}x{w} does not hold max_seq_len={self.max_seq_len} tokens")
+        if self.neighbour_inputs not in NEIGHBOUR_INPUTS:
+            raise ValueError(f"neighbour_inputs must be one of {NEIGHBOUR_INPUTS} (got {self.neighbour_inputs!r})")
 
     @property
     def kv_heads(self) -> int:
@@ -240,6 +279,12 @@ class GPT(nn.Module):
             # One extra row: the classifier-free-guidance null condition.
             self.cond_embedding = nn.Embedding(config.cond_dim + 1, config.dim)
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        # The row above's tables (``neighbour_inputs``), each with a last row for "none": off the grid
+        # or unknown. Absent otherwise, so Tar's state dicts and the first families load unchanged.
+        self.neighbour_embeddings = None
+        if config.neighbour_inputs:
+            tables = (nn.Embedding(config.vocab_size + 1, config.dim) for _ in range(config.neighbour_inputs))
+            self.neighbour_embeddings = nn.ModuleList(tables)
         self.abs_pe = nn.Parameter(torch.zeros(1, config.n_positions, config.dim))
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
@@ -260,8 +305,29 @@ class GPT(nn.Module):
             return torch.zeros_like(cond)  # Tar: all-zero features (they become clip_proj's bias)
         return torch.full_like(cond, self.config.cond_dim)
 
-    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.tok_embeddings(tokens)
+    def embed_tokens(self, tokens: torch.Tensor, neighbours: torch.Tensor | None = None) -> torch.Tensor:
+        """Inputs of ``tokens [...]``; a neighbour-input model needs their ``neighbours [..., 3]``
+        (``neighbours_of``)."""
+        return embed_inputs(self.tok_embeddings, self.neighbour_embeddings, tokens, neighbours)
+
+    def neighbours_of(self, view: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor | None:
+        """``upper_neighbours`` of the slots predicting ``predicted`` in ``view`` for this model's
+        grid, or None when it reads no neighbours."""
+        if self.neighbour_embeddings is None:
+            return None
+        return upper_neighbours(view, predicted, self.config.grid_hw[1], self.config.vocab_size)
+
+    def embed_sequence(self, cond: torch.Tensor, tokens: torch.Tensor | None, view: torch.Tensor | None = None):
+        """The teacher-forced inputs ``[B, T + L', dim]``: the condition, then ``tokens [B, L']``
+        (token ``k`` at slot ``T + k``, predicting ``k + 1``), whose neighbours come from ``view``
+        (default: ``tokens``; ZipAR's training view passes the tokens without its proxies). The last
+        condition slot, which predicts token 0, has no row above and adds nothing."""
+        x = self.embed_condition(cond)
+        if tokens is None or not tokens.shape[1]:
+            return x
+        predicted = torch.arange(1, tokens.shape[1] + 1, device=tokens.device)
+        neighbours = self.neighbours_of(tokens if view is None else view, predicted)
+        return torch.cat([x, self.embed_tokens(tokens, neighbours)], dim=1)
 
     # -- forward ------------------------------------------------------------------------
     def forward_hidden(
@@ -300,7 +366,12 @@ class GPT(nn.Module):
         return self.output(self.forward_hidden(x, slots, mask, cache, pe_slots)).float()
 
     def forward(
-        self, tokens: torch.Tensor | None, cond: torch.Tensor, mask: torch.Tensor | None = None, hidden: bool = False
+        self,
+        tokens: torch.Tensor | None,
+        cond: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        hidden: bool = False,
+        view: torch.Tensor | None = None,
     ):
         """Teacher-forced pass over [cond, tokens] (no cache), causal unless ``mask [S, S]`` (over
         the pass's slots) says otherwise.
@@ -308,11 +379,10 @@ class GPT(nn.Module):
         Returns the logits from the last condition slot on: row ``i`` predicts image token ``i``
         given the condition and ``tokens[:, :i]`` (``tokens.shape[1] + 1`` rows). ``hidden``: the
         output head's input instead, so a loss over some of the rows pays the head only for them.
+        ``view``: where a neighbour-input model reads the row above (``embed_sequence``).
         """
-        x = self.embed_condition(cond)
-        n_cond = x.shape[1]
-        if tokens is not None and tokens.shape[1]:
-            x = torch.cat([x, self.embed_tokens(tokens)], dim=1)
+        x = self.embed_sequence(cond, tokens, view)
+        n_cond = x.shape[1] - (0 if tokens is None else tokens.shape[1])
         slots = torch.arange(x.shape[1], device=x.device)
         if hidden:
             return self.forward_hidden(x, slots, mask)[:, n_cond - 1 :]

@@ -142,9 +142,11 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
             noise = torch.from_numpy(rng.random(inputs.shape) < budget.input_noise).to(device)
             random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(device)
             inputs = torch.where(noise, random_codes, inputs)
-        mask, weights = None, None
+        mask, weights, view = None, None, inputs
         if rng.random() < zipar_share:  # ZipAR's view: hidden slots and row-end proxies
             window = int(rng.choice(list(masks)))
+            # (a neighbour-input model reads the row above as ZipAR has it: the true row ends, which
+            # replace their proxies long before the row below reaches them)
             mask, inputs = masks[window], training_inputs(inputs, side, side, window)
             weights = token_weights.get(window)
         share = budget.background_loss_share
@@ -153,9 +155,9 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
             if weights is not None:
                 keep_weights = keep_weights * weights
             with autocast(device):
-                return weighted_loss(model, inputs, cond, mask, x, keep_weights)
+                return weighted_loss(model, inputs, cond, mask, x, keep_weights, view)
         with autocast(device):
-            logits = model(inputs, cond, mask)
+            logits = model(inputs, cond, mask, view=view)
         if weights is None:
             return F.cross_entropy(logits.reshape(-1, vocab), x.reshape(-1))
         losses = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
@@ -164,10 +166,12 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
     return loss_fn
 
 
-def weighted_loss(model: GPT, inputs, cond, mask, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def weighted_loss(
+    model: GPT, inputs, cond, mask, targets: torch.Tensor, weights: torch.Tensor, view=None
+) -> torch.Tensor:
     """Sum of ``weights [B, L]`` times the cross-entropy of ``targets``, over ``targets.numel()``:
-    the output head runs only on the positions of non-zero weight."""
-    hidden = model(inputs, cond, mask, hidden=True)
+    the output head runs only on the positions of non-zero weight (``view``: ``GPT.forward``'s)."""
+    hidden = model(inputs, cond, mask, hidden=True, view=view)
     return weighted_cross_entropy(model.output, hidden.reshape(-1, hidden.shape[-1]), targets, weights)
 
 
@@ -332,7 +336,7 @@ def validation_loss(
     for i in range(0, len(tokens), batch):
         x = tokens[i : i + batch].to(device)
         inputs = x[:, :-1] if zipar_window is None else training_inputs(x[:, :-1], height, width, zipar_window)
-        logits = model(inputs, cond[i : i + batch].to(device), mask)
+        logits = model(inputs, cond[i : i + batch].to(device), mask, view=x[:, :-1])
         total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1), reduction="sum"))
     return round(total / tokens.numel(), 4)
 

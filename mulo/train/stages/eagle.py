@@ -41,7 +41,7 @@ def train_eagle_head(pipe) -> None:
     @torch.no_grad()
     def target_features(x, cond):
         """Embedded inputs and the target's features at every slot ``[B, T + L - 1, dim]``."""
-        embedded = torch.cat([target.embed_condition(cond), target.embed_tokens(x[:, :-1])], dim=1)
+        embedded = target.embed_sequence(cond, x[:, :-1])
         slots = torch.arange(embedded.shape[1], device=pipe.device)
         with autocast(pipe.device):
             features = target.forward_hidden(embedded, slots)
