@@ -4,7 +4,8 @@ A full study candidate spends ~28 CPU-minutes, two thirds of them outside the ta
 only the target of a candidate recipe on the clip, VQ, held-out tokens and encoded training
 scenes of a finished run (linked, not copied; with ``--encode``, its clip and VQ only, and the
 recipe's own scenes encoded by them), so candidates that differ in the target alone
-(its position start, width, learning rate) compare on the same scenes in ~13 minutes each. The
+(its position start, width, learning rate; ``--target neighbour_inputs=0``: the plain target that
+does not read the row above) compare on the same scenes in ~13 minutes each. The
 report (``RUN/report.json``'s ``target``) holds the held-out curve and, at the end, the held-out
 and training losses with the object tokens apart (``stages.ar.object_losses``).
 
@@ -24,88 +25,25 @@ import numpy as np
 import torch
 
 from mulo.models.gpt import GPT, GPTConfig
+from mulo.runner import ModelRunner
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
-from mulo.train.stages import ar as ar_stage
 from mulo.train.stages.ar import stage_ar
 
 SHARED = ("clip.pt", "clip_vocab.json", "vq.pt", "tokens.npz", "scenes")
 
 
-class NeighbourGPT(GPT):
-    """A trial of an input the engine does not feed (teacher-forced passes only, never exported):
-    the slot that predicts token (r, c) also adds learned embeddings of tokens (r - 1, c - 1),
-    (r - 1, c) and (r - 1, c + 1), one table each (a last row for "none": the first row, the
-    edges). The token to its left is the slot's own input already. A lookup table over these four
-    neighbours predicts 84.5 % of held-out object tokens from 6,144 scenes (the notebook), where the
-    plain target, which must find them by attention, predicts 7 % after 6,400."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.neighbours = torch.nn.ModuleList(torch.nn.Embedding(config.vocab_size + 1, config.dim) for _ in range(3))
-
-    def forward(self, tokens, cond, mask=None, hidden=False):
-        height, width = self.config.grid_hw
-        length = tokens.shape[1] + 1  # the tokens predicted: the inputs and the one after them
-        index = torch.arange(length, device=tokens.device)
-        row, col = index // width, index % width
-        x = self.embed_condition(cond)
-        n_cond = x.shape[1]
-        x = torch.cat([x, self.embed_tokens(tokens)], dim=1)
-        extra = torch.zeros(tokens.shape[0], length, self.config.dim, device=tokens.device)
-        for shift, table in zip((-1, 0, 1), self.neighbours, strict=True):
-            source = index - width + shift
-            valid = (row > 0) & (col + shift >= 0) & (col + shift < width)
-            found = tokens[:, source.clamp(0, tokens.shape[1] - 1)]
-            found = torch.where(valid, found, torch.full_like(found, self.config.vocab_size))
-            extra = extra + table(found)
-        x = torch.cat([x[:, : n_cond - 1], x[:, n_cond - 1 :] + extra.to(x.dtype)], dim=1)
-        slots = torch.arange(x.shape[1], device=x.device)
-        out = self.forward_hidden(x, slots, mask)[:, n_cond - 1 :]
-        return out if hidden else self.output(out).float()
-
-
 @torch.no_grad()
 def draw(model, cond: torch.Tensor, cfg: float, top_p: float, generator: torch.Generator) -> torch.Tensor:
-    """AR samples ``[N, L]`` of a (neighbour-input) target for conditions ``cond [N, T, C]`` with
-    classifier-free guidance: a plain cached loop (the trial's own, since the engine feeds no
-    neighbour inputs), the next slot's input its token plus its three upper neighbours."""
-    from mulo.models.gpt import KVCache
-    from mulo.sampling import logits_to_probs, sample
-
-    height, width = model.config.grid_hw
-    length, n = height * width, len(cond)
-    cond = torch.cat([cond, torch.zeros_like(cond)])  # conditional rows, then unconditional
-    cache = KVCache(model.config, 2 * n, "cpu", torch.float32)
-    tokens = torch.zeros(n, length, dtype=torch.long)
-
-    def extra(position: int) -> torch.Tensor:  # the upper neighbours of the token at ``position``
-        if not isinstance(model, NeighbourGPT):
-            return 0
-        row, col = divmod(position, width)
-        out = 0
-        for shift, table in zip((-1, 0, 1), model.neighbours, strict=True):
-            ok = row > 0 and 0 <= col + shift < width
-            ids = tokens[:, position - width + shift] if ok else torch.full((n,), model.config.vocab_size)
-            out = out + table(ids)
-        return torch.cat([out, out])[:, None]
-
-    def next_token(hidden: torch.Tensor) -> torch.Tensor:
-        logits = model.output(hidden[:, -1]).float()
-        guided = logits[n:] + cfg * (logits[:n] - logits[n:])
-        return sample(logits_to_probs(guided, 1.0, 0, top_p), generator)
-
-    x = model.embed_condition(cond)
-    n_cond = x.shape[1]
-    x = torch.cat([x[:, :-1], x[:, -1:] + extra(0)], dim=1)
-    mask = torch.ones(n_cond, n_cond, dtype=torch.bool).tril()
-    tokens[:, 0] = next_token(model.forward_hidden(x, torch.arange(n_cond), mask, cache))
-    for position in range(1, length):
-        slot = n_cond + position - 1
-        x = model.embed_tokens(torch.cat([tokens[:, position - 1]] * 2))[:, None] + extra(position)
-        mask = torch.ones(1, slot + 1, dtype=torch.bool)
-        tokens[:, position] = next_token(model.forward_hidden(x, torch.tensor([slot]), mask, cache))
-    return tokens
+    """One AR sample ``[L]`` of ``model`` for the condition ``cond [T, C]`` with classifier-free
+    guidance ``cfg`` and ``top_p``: the engine's runner, token by token (the row above included
+    for a target that reads it)."""
+    runner = ModelRunner(model, cond, cfg, 1.0, 0, top_p)
+    runner.prefill()
+    seq = torch.full((model.config.max_seq_len,), -1, dtype=torch.long)
+    for u in range(len(seq)):
+        seq[u] = runner.sample_next(seq, u, generator)[0]
+    return seq
 
 
 def judge_samples(pipe, model, count: int, cfg: float, top_p: float, sprites: Path) -> dict:
@@ -122,9 +60,9 @@ def judge_samples(pipe, model, count: int, cfg: float, top_p: float, sprites: Pa
     clip = pipe.load_clip()
     cond = clip.condition_features(clip.tokenizer.batch([s.prompt for s in shown])).float()
     model.eval()
-    rows = [draw(model, cond[i : i + 1], cfg, top_p, torch.Generator().manual_seed(i)) for i in range(count)]
+    rows = [draw(model, cond[i], cfg, top_p, torch.Generator().manual_seed(i)) for i in range(count)]
     side = model.config.grid_hw[0]
-    images = pipe.tokenizer().decode(torch.cat(rows).reshape(count, side, side))
+    images = pipe.tokenizer().decode(torch.stack(rows).reshape(count, side, side))
     pixels = (images.permute(0, 2, 3, 1).numpy() * 255).round().astype("uint8")
     Image.fromarray(np.concatenate(list(pixels), axis=1)).save(pipe.run / "samples.png")
     referee = Referee(Sprites.load(sprites))
@@ -154,9 +92,6 @@ def main() -> None:
     parser.add_argument("--target", **field, help="a target size field, e.g. n_head=8")
     parser.add_argument("--scene", **field, help="a SceneConfig field (needs --encode), e.g. object_px=24")
     parser.add_argument("--zipar-share", type=float, default=None)
-    parser.add_argument(
-        "--neighbours", action="store_true", help="a trial target that also reads the row above's three tokens"
-    )
     parser.add_argument("--sample", type=int, default=0, help="then judge AR samples of this many evaluation prompts")
     parser.add_argument("--sprites", type=Path, help="the referee's sprites (a scenes export's referee_sprites.npz)")
     parser.add_argument("--cfg", type=float, default=3.0)
@@ -201,10 +136,6 @@ def main() -> None:
         "source": str(args.source),
     }
     report_path.write_text(json.dumps(report, indent=1))
-    if args.neighbours:
-        ar_stage.GPT = NeighbourGPT
-        report["experiment"]["neighbours"] = True
-        report_path.write_text(json.dumps(report, indent=1))
     pipe = Pipeline(args.run, args.run / "assets", recipe, budget)
     if args.encode:
         pipe.run_all(["tokens"])
@@ -213,8 +144,8 @@ def main() -> None:
     target = pipe.report["target"]
     print(json.dumps({k: v for k, v in target.items() if "loss" in k or "accuracy" in k or k == "val_curve"}))
     if args.sample:
-        config = GPTConfig(**json.loads((args.run / "target.json").read_text()))
-        model = (NeighbourGPT if args.neighbours else GPT)(config)
+        config = GPTConfig.from_json(json.loads((args.run / "target.json").read_text()))
+        model = GPT(config)
         model.load_state_dict(torch.load(args.run / "target.pt", map_location="cpu", weights_only=True))
         judged = judge_samples(pipe, model, args.sample, args.cfg, args.top_p, args.sprites)
         report = json.loads(report_path.read_text())
