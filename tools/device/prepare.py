@@ -138,7 +138,7 @@ def unslim() -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="twemoji", help="the family the GPU checks compare (default twemoji)")
-    parser.add_argument("--train", default="emoji", help="the family the call trains (default emoji)")
+    parser.add_argument("--train", default="scenes", help="the family the call trains (default scenes, issue 63's)")
     parser.add_argument("--cache", type=Path, help="the npm packages (default ~/.cache/mulo/styles)")
     parser.add_argument("--out", type=Path, default=DEVICE_DIR, help="default .device")
     parser.add_argument("--no-wheels", action="store_true", help="skip the wheels (a rehearsal: installed here)")
