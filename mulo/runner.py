@@ -78,6 +78,9 @@ class ModelRunner:
         if model.neighbour_embeddings is not None:
             self._fed_neighbours = torch.full((self.n_image, 3), -1, dtype=torch.long)
         self._tree_neighbours = None  # the last draft tree's nodes' (``feed_tree``, ``commit_tree``)
+        # Slots before this one were checked to have read the row above that ``_fed`` gives them
+        # (``_in_step``): a step then checks only the slots written since, not the whole prefix.
+        self._neighbours_checked = 0
         self._stale_from = self.n_image
         self._final_context = torch.zeros(self.n_image, dtype=torch.bool)
         self.nfe = 0
@@ -124,6 +127,22 @@ class ModelRunner:
             return None
         return self.model.neighbours_of(view.cpu(), torch.as_tensor(positions, dtype=torch.long).cpu() + 1)
 
+    def _step_neighbours(self, position: int) -> torch.Tensor | None:
+        """``neighbours(_fed, [position])`` for a single-token step (in step, the slots before it
+        hold the sequence), in plain integers: a step of a small model is a few hundred
+        microseconds, and a dozen tensor operations would be a tenth of it."""
+        if self._fed_neighbours is None:
+            return None
+        none, width = self.vocab_size, self.grid[1]
+        row, col = divmod(position + 1, width)
+        ids = [none] * 3
+        if row > 0:
+            for i, shift in enumerate((-1, 0, 1)):
+                if 0 <= col + shift < width:
+                    token = int(self._fed[position + 1 - width + shift])
+                    ids[i] = token if token >= 0 else none
+        return torch.tensor([ids])
+
     def embed(self, tokens: torch.Tensor, neighbours: torch.Tensor | None) -> torch.Tensor:
         """Inputs ``[B, Q, dim]`` of ``tokens [Q]`` (and their ``neighbours``) for every CFG branch."""
         if neighbours is not None:
@@ -165,6 +184,7 @@ class ModelRunner:
             self._fed[positions] = tokens[:n]
             if self._fed_neighbours is not None:
                 self._fed_neighbours[positions] = fed_neighbours
+                self._neighbours_checked = min(self._neighbours_checked, int(positions.min()))
         return self._guided(logits), hidden
 
     def _count(self, width: int) -> None:
@@ -213,7 +233,7 @@ class ModelRunner:
             if self._graph_knobs is None:
                 self._graph_knobs = graph_knobs(self.guidance, *self.sampling, self.vocab_size)
             token = int(seq[last])
-            neighbours = self.neighbours(self._fed, [last])  # (in step: the slots before hold seq)
+            neighbours = self._step_neighbours(last)
             with torch.no_grad():
                 out = compiled.sampled(token, self.n_cond + last, self.cache, self._graph_knobs, generator, neighbours)
             if out is not None:  # (None: no package yet, compiling in the background)
@@ -228,6 +248,10 @@ class ModelRunner:
         self._fed[position] = token
         if neighbours is not None:
             self._fed_neighbours[position] = neighbours[0]
+            # it read ``_fed`` itself, so it is checked if every slot before it was; the ones after it
+            # may have read the token it replaced
+            checked = self._neighbours_checked
+            self._neighbours_checked = position + 1 if checked >= position else checked
         if self._stale_from <= position:
             self._stale_from = position + 1
 
@@ -239,8 +263,20 @@ class ModelRunner:
             and self._stale_from >= last
             and 0 <= last < self.n_image - 1
             and torch.equal(self._fed[:last], seq[:last])
-            and not bool(self._neighbours_outdated(seq, last).any())
+            and self._neighbours_in_step(last)
         )
+
+    def _neighbours_in_step(self, last: int) -> bool:
+        """Whether every slot before ``last`` read the row above ``_fed`` gives it (which, in step,
+        holds ``seq``); only the slots written since the last such check are looked at."""
+        first = self._neighbours_checked
+        if self._fed_neighbours is None or first >= last:
+            return True
+        now = self.neighbours(self._fed[:last], torch.arange(first, last))
+        if bool((self._fed_neighbours[first:last] != now).any()):
+            return False
+        self._neighbours_checked = last
+        return True
 
     def _neighbours_outdated(self, view: torch.Tensor, limit: int) -> torch.Tensor:
         """``[limit]``: the slots before ``limit`` fed with other row-above ids than ``view`` gives
@@ -256,7 +292,7 @@ class ModelRunner:
         its own (the causal row), without the general path's scans. Returns the guided logits
         ``[V]`` of ``position + 1`` and the hidden state ``[B, 1, dim]``."""
         slot = self.n_cond + position
-        neighbours = self.neighbours(self._fed, [position])  # (in step: the slots before hold seq)
+        neighbours = self._step_neighbours(position)
         embeddings = self.embed(torch.tensor([token]), neighbours)
         mask = torch.ones(1, slot + 1, dtype=torch.bool, device=self.device)
         hidden = self.model.forward_hidden(embeddings, torch.tensor([slot], device=self.device), mask, self.cache)
@@ -349,6 +385,7 @@ class ModelRunner:
         self._fed[root] = seq[root]
         if neighbours is not None:
             self._fed_neighbours[root] = neighbours[0]
+            self._neighbours_checked = min(self._neighbours_checked, root)
         return logits, hidden
 
     def tree_neighbours(self, seq, root: int, positions, tokens, visible: torch.Tensor) -> torch.Tensor | None:
@@ -383,6 +420,7 @@ class ModelRunner:
         if self._fed_neighbours is not None:  # fed on their path, which is now the prefix
             nodes = torch.as_tensor(nodes, dtype=torch.long)
             self._fed_neighbours[torch.as_tensor(positions, dtype=torch.long)] = self._tree_neighbours[nodes]
+            self._neighbours_checked = min(self._neighbours_checked, min(positions))
 
     # -- masks over cache slots (built on the model's device) ---------------------------------
     def _width(self, positions: torch.Tensor) -> int:

@@ -152,3 +152,31 @@ def test_a_slot_fed_while_its_row_above_was_unknown_is_re_fed_once_it_is_known()
     runner.next_logits(seq, 7)  # feeds slot 6, and whatever is out of date before it
     assert runner.widths[-1] == 5  # slot 1 (never fed), slots 3-5 (their row above), slot 6
     assert torch.equal(runner._fed_neighbours[:7], model.neighbours_of(seq, torch.arange(1, 8)))
+
+
+def test_a_step_after_an_island_pass_re_feeds_the_slot_that_read_a_hidden_row_above():
+    """An island pass feeds slot 5 (predicting 6, under positions 1-3) while position 1 is not
+    final: it reads "none" there, though the slot's own token is right. A single-token step after
+    it must not trust that slot: the runner goes the general way and gives a fresh runner's
+    distribution."""
+    model = tiny_gpt(8, 16, 4, neighbour_inputs=3)
+    cond = torch.randn(2, 4, generator=torch.Generator().manual_seed(9))
+    seq = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3])
+    runner = ModelRunner(model, cond, 2.0, 1.0, 0, 1.0)
+    runner.prefill()
+    runner.span_probs(seq, 0, 8)  # the verification: slots 0-6, causal
+    final = torch.ones(16, dtype=torch.bool)
+    final[1] = False
+    runner.feed_over_final(torch.tensor([5]), seq[[5]], seq, final, torch.zeros(16, dtype=torch.bool))
+    assert int(runner._fed_neighbours[5, 0]) == model.config.vocab_size and torch.equal(runner._fed[:7], seq[:7])
+    fresh = ModelRunner(model, cond, 2.0, 1.0, 0, 1.0)
+    fresh.prefill()
+    torch.testing.assert_close(runner.next_logits(seq, 7), fresh.next_logits(seq, 7))
+
+
+def test_a_steps_row_above_in_plain_integers_is_upper_neighbours():
+    model = tiny_gpt(2, 16, 4, neighbour_inputs=3)
+    runner = ModelRunner(model, torch.randn(2, 4), 2.0, 1.0, 0, 1.0)
+    runner._fed = torch.tensor([3, -1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, -1])
+    for position in range(15):
+        assert torch.equal(runner._step_neighbours(position), runner.neighbours(runner._fed, [position])), position
