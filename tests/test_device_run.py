@@ -176,14 +176,17 @@ def test_prepare_builds_what_the_call_carries_within_64_mib(tmp_path):
         assert reference["family"] == "toy" and set(reference["tokens"]) >= {"ar", "mulo"}
         # a call that checks fits beside the tree without a resume point; one that only trains
         # (the checked family left behind too) with the committed one
-        sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, "tools/resume/emoji"))
+        resume_points = prepare.other_resume_points("")  # every family's (none is trained here)
+        sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, *resume_points))
         assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
-        sizes = prepare.travelling_bytes((".device-test",), without=(*prepare.SLIM, *prepare.TRAIN_ONLY))
+        left = (*prepare.SLIM, *prepare.other_resume_points("scenes"), *prepare.TRAIN_ONLY)
+        sizes = prepare.travelling_bytes((".device-test",), without=left)
         assert sizes["total"] + prepare.BUNDLE_MAX <= prepare.LIMIT, sizes
-        # the room a call that only trains leaves its resume point: the committed one fits it
+        # the room a call that only trains leaves its resume point: each committed one fits it
         room = json.loads((out / "room.json").read_text())["resume_bytes"]
-        committed = prepare.size_of(ROOT / "tools" / "resume" / "emoji")
-        assert committed + prepare.BUNDLE_MAX <= room, (committed, room)
+        for folder in resume_points:
+            committed = prepare.size_of(ROOT / folder)
+            assert committed + prepare.BUNDLE_MAX <= room, (folder, committed, room)
         # a call that only trains never reads the CPU's tokens: --train-only does not compute them
         (out / "cpu_reference.json").unlink()
         only_trains = ("--train-only", "--no-wheels", "--no-bundle")

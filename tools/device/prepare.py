@@ -107,6 +107,14 @@ def travelling_bytes(carried=(".device",), without=()) -> dict[str, int]:
     return sizes
 
 
+def other_resume_points(train: str) -> tuple[str, ...]:
+    """The committed resume points (``tools/resume/FAMILY``) of the families a call does not train:
+    they never travel (the slimmed tree leaves them behind)."""
+    folder = ROOT / "tools" / "resume"
+    names = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    return tuple(f"tools/resume/{name}" for name in names if name != train)
+
+
 def slimmed_paths() -> tuple[str, ...]:
     """The paths ``slim`` took out of the index (none when the tree is whole)."""
     text = EXCLUDE.read_text() if EXCLUDE.exists() else ""
@@ -151,8 +159,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--unslim", action="store_true", help="only track it again")
     args = parser.parse_args(argv)
+    left = (*SLIM, *other_resume_points(args.train))  # what a call leaves behind
     if args.slim or args.unslim:
-        slim(SLIM + TRAIN_ONLY if args.train_only else SLIM) if args.slim else unslim()
+        slim((*left, *TRAIN_ONLY) if args.train_only else left) if args.slim else unslim()
     else:
         if not args.no_wheels:
             download_wheels(args.out / "wheels")
@@ -162,18 +171,18 @@ def main(argv=None) -> int:
             write_reference(args.family, args.out / "cpu_reference.json")
     carried = str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else str(args.out)
     slimmed = bool(slimmed_paths())
-    sizes = travelling_bytes((carried,), () if slimmed else SLIM)
+    sizes = travelling_bytes((carried,), () if slimmed else left)
     print("a device call sends (MiB):", json.dumps({k: round(v / 2**20, 1) for k, v in sizes.items()}))
     # the room a training call's resume point has in the call after it: the calls that only train
     # (a session's second, and every one once the checks and measurements are on record) slim most
-    others = travelling_bytes((carried,), (*SLIM, *TRAIN_ONLY, f"tools/resume/{args.train}"))
+    others = travelling_bytes((carried,), (*left, *TRAIN_ONLY, f"tools/resume/{args.train}"))
     room = LIMIT - others["total"] - ROOM_MARGIN
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "room.json").write_text(json.dumps({"train": args.train, "resume_bytes": room}) + "\n")
     print(f"room for tools/resume/{args.train} in a call that only trains: {room / 2**20:.1f} MiB")
     if sizes["total"] > LIMIT:
         # the resume point may have outgrown a call that checks too, not one that only trains
-        if travelling_bytes((carried,), (*SLIM, *TRAIN_ONLY))["total"] <= LIMIT:
+        if travelling_bytes((carried,), (*left, *TRAIN_ONLY))["total"] <= LIMIT:
             print("fits only a call that only trains: --slim --train-only, then run.py --skip checks,measure")
             return 0
         print(f"error: over the run tool's {LIMIT / 2**20:.0f} MiB even slimmed", file=sys.stderr)
