@@ -103,10 +103,6 @@ def test_resume_files_keep_outputs_and_the_running_stage_only(tmp_path):
     torch.save({"model": weights, "step": 300, "best": {"step": 300}}, tmp_path / "target.ckpt")
     keep, running = device_run.resume_files(tmp_path)
     assert [p.name for p in running] == ["target.ckpt"]
-    # a scenes run keeps its held-out tokens: remaking them re-encodes every planned training scene
-    (tmp_path / "scenes").mkdir()
-    keep, _ = device_run.resume_files(tmp_path)
-    assert [p.name for p in keep] == ["clip.pt", "report.json", "tokens.npz", "vq.pt"]
     parts = tmp_path / "parts"
     parts.mkdir()
     import tarfile

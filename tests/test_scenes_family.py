@@ -51,7 +51,7 @@ def test_fresh_training_scenes_never_repeat_and_never_hold_out(tmp_path, cache):
     vq.squares = torch.rand(32, 48, generator=torch.Generator().manual_seed(0))
     torch.save(vq.state_dict(), pipe.run / "vq.pt")
     store = SceneTokens(pipe)
-    pool = planned(pipe.budget)  # what the budget's stages read: the tokens stage encodes this many
+    pool = planned(pipe.budget)  # what the budget's stages read, encoded as their batches reach it
     assert pool == 12 and pipe.budget.scene_chunk == 8
     store.ensure(pool)
     assert sorted(p.name for p in (pipe.run / "scenes").iterdir()) == ["chunk-8-00000.npz", "chunk-8-00001.npz"]

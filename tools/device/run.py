@@ -34,11 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEVICE_DIR = ROOT / ".device"  # what prepare.py builds (git ignores it; the run tool carries it)
 PART_BYTES = 9 * 2**20  # under 10 MB: the parts are committed, and Spaces refuses larger files without LFS
 MAX_PARTS = 6  # 8 files come back at most, 64 MiB in all: 6 parts, the summary and the log
-# Rebuilt from the VQ and the data on the next call (~100 MB for the emoji recipes). A scenes run
-# (its ``scenes/`` folder of encoded training scenes) packs its tokens.npz (held-out scenes, a few
-# MB): rebuilding it re-encodes every training scene the budget plans first (~35 CPU-minutes for
-# 80,000), where a resumed stage encodes only the scenes it still reads.
-NOT_PACKED = ("tokens.npz",)
+NOT_PACKED = ("tokens.npz",)  # rebuilt from the VQ and the data on the next call (~50-100 MB)
 # finished AR stages' weights, packed in float16 (the VQ and mini-CLIP stay exact: tokens and
 # metrics are computed from them)
 HALVED = {f"{name}.pt" for name in ("target", "drafter_r2", "drafter_r4", "draft_model", "eagle")}
@@ -185,10 +181,9 @@ def resume_files(run_dir: Path) -> tuple[list[Path], list[Path]]:
     Adam state) and best weights so far. Left out: what the next call rebuilds (the token cache,
     the exported family) and a finished stage's training state."""
     report = json.loads((run_dir / "report.json").read_text()) if (run_dir / "report.json").exists() else {}
-    not_packed = () if (run_dir / "scenes").is_dir() else NOT_PACKED
     keep, running = [], []
     for path in sorted(run_dir.iterdir()):
-        if not path.is_file() or path.name in not_packed or path.name.endswith(".tmp"):
+        if not path.is_file() or path.name in NOT_PACKED or path.name.endswith(".tmp"):
             continue
         stem = path.name.split(".")[0]
         stage = "vq" if stem.startswith("vq_") else stem  # the codebook study's candidates: the vq stage's

@@ -2,9 +2,9 @@
 
 Training scene i of the run's stream (``Pipeline.scene_stream``, never exhausted) is rendered and
 encoded by the run's VQ at the three sizes, in chunks of ``budget.scene_chunk`` scenes written to
-``run/scenes/chunk-NNNNN.npz`` with their three texts. The tokens stage encodes as many as the
-budget's stages read (``planned``); a stage that reads further (its steps raised later) encodes
-the next chunks itself. A stage's step s reads the scenes [s * B, (s + 1) * B) of its batch size
+``run/scenes/chunk-NNNNN.npz`` with their three texts, by the stage whose batch first reaches
+them (the budget's stages read ``planned`` scenes; the tokens stage encodes none, so a run resumed
+on a new machine encodes only what is left to read). A stage's step s reads the scenes [s * B, (s + 1) * B) of its batch size
 B: every step sees scenes no step saw before, never a held-out combination (the stream's training
 split), and a resumed stage reads what an uninterrupted one would have. Only the chunks a batch
 touches are in memory: 160,000 scenes are 430 MB of tokens on disk, 24 GB as images.
