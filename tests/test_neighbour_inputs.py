@@ -43,7 +43,9 @@ def test_a_plain_model_has_no_neighbour_tables_and_a_neighbour_model_round_trips
     assert plain.neighbours_of(torch.zeros(16, dtype=torch.long), torch.arange(3)) is None
     model = tiny_gpt(1, 16, 4, neighbour_inputs=3)
     config = GPTConfig.from_json(json_form(model.config))
-    assert config == model.config and GPT(config).load_state_dict(model.state_dict()) is not None
+    assert config == model.config
+    missing, unexpected = GPT(config).load_state_dict(model.state_dict())  # strict: raises on a mismatch
+    assert not missing and not unexpected
     with pytest.raises(ValueError, match="neighbour_inputs"):
         GPTConfig(
             vocab_size=16,

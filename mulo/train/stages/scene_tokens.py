@@ -4,10 +4,11 @@ Training scene i of the run's stream (``Pipeline.scene_stream``, never exhausted
 encoded by the run's VQ at the three sizes, in chunks of ``budget.scene_chunk`` scenes written to
 ``run/scenes/chunk-NNNNN.npz`` with their three texts, by the stage whose batch first reaches
 them (the budget's stages read ``planned`` scenes; the tokens stage encodes none, so a run resumed
-on a new machine encodes only what is left to read). A stage's step s reads the scenes [s * B, (s + 1) * B) of its batch size
-B: every step sees scenes no step saw before, never a held-out combination (the stream's training
-split), and a resumed stage reads what an uninterrupted one would have. Only the chunks a batch
-touches are in memory: 160,000 scenes are 430 MB of tokens on disk, 24 GB as images.
+on a new machine encodes only what is left to read). A stage's step s reads the scenes
+[s * B, (s + 1) * B) of its batch size B: every step sees scenes no step saw before, never a
+held-out combination (the stream's training split), and a resumed stage reads what an
+uninterrupted one would have. Only the chunks a batch touches are in memory: 160,000 scenes are
+430 MB of tokens on disk, 24 GB as images.
 """
 
 from __future__ import annotations
