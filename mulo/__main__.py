@@ -170,6 +170,7 @@ DELEGATED = {
     "peek": ("mulo.eval.probes.peek", "a look at a target still training, scored as the model card scores"),
     "oracle": ("mulo.eval.probes.oracle", "the oracle MuLo-SD table of a VQ tokenizer"),
     "scenes-study": ("mulo.eval.probes.scenes_study", "the emoji scenes study's table, from its candidates' runs"),
+    "locality": ("mulo.eval.locality", "a scenes family's locality bars: layouts over seeds, islands per object, tau"),
     "knobs": ("mulo.config", "print the knob table (docs/method.md's)"),
 }
 

@@ -168,6 +168,8 @@ def test_bad_prompts_are_clear_errors_through_the_engine(prompt, message):
 def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path, cache):
     from mulo import methods
     from mulo.engine import Engine
+    from mulo.eval import locality
+    from mulo.eval.probes import peek
     from mulo.eval.quality import Quality
     from mulo.families import emoji as family_mod
     from mulo.train import pipeline
@@ -201,8 +203,20 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     for method in methods.REGISTRY:
         result = engine.generate(prompt, method, 0)
         assert result.image.shape == (128, 128, 3), method
-    verdict = Quality.for_family(family).judge(result.image, prompt)
+    quality = Quality.for_family(family)
+    verdict = quality.judge(result.image, prompt)
     assert verdict.sentence().startswith(("matches the prompt", "does not match the prompt"))
+    # the locality probe's three measurements run on the family (issue 63's bars; tiny counts here)
+    prompts = quality.prompts[:2]
+    assert locality.measure_layouts(engine, [p for _, p in prompts], seeds=2)["distinct"][0] in (1, 2)
+    near = locality.measure_locality(engine, quality, prompts)
+    assert 0 <= near["reopened_mean"] <= 1 and 0 <= near["mulo_match"] <= 1 and len(near["islands"]) == 2
+    assert len(locality.measure_tau(engine, prompts[:1], taus=(0.001, 0.5))["acceptance"]) == 2
+    # a look at the target while it trains judges like the card: the referee, its parts, real scenes at 1.0
+    pipe = pipeline.Pipeline(tmp_path / "run", assets, recipe, recipe.smoke, cache=cache)
+    looked = peek.peek(pipe, n_prompts=1)
+    assert looked["real_adherence"] == 1.0 and looked["prompts"] == 1
+    assert all(0 <= row["objects_found"] <= 1 and 0 <= row["adherence"] <= 1 for row in looked["methods"].values())
     with pytest.raises(ValueError, match="nearest known: rocket"):
         engine.generate("rockit on blue", "ar", 0)
     # a second run takes the first's VQ (``train --vq``, how the study's candidates share one) and

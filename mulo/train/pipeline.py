@@ -241,16 +241,22 @@ class Pipeline:
         judged by the referee the export shipped, FD against their renders."""
         from mulo.eval import family_eval
         from mulo.eval.referee import Sprites
+
+        sprites = Sprites.load(self.assets / "referee_sprites.npz")
+        quality, real, held_out = self.scene_evaluation(self.budget.eval_prompts, sprites)
+        return family_eval.evaluate_scenes(engine, quality, real, self.assets, held_out=held_out)
+
+    def scene_evaluation(self, count: int, sprites) -> tuple:
+        """The first ``count`` fixed evaluation scenes of a scenes run as (``SceneQuality`` judging
+        with ``sprites``, their renders ``[N, px, px, 3]``, the prompts of held-out combinations)."""
         from mulo.eval.scene_quality import SceneQuality
         from mulo.train import scenes
 
-        shown = scenes.evaluation_scenes(self.recipe.scenes, self.scene_stream.sheet, self.budget.eval_prompts)
+        shown = scenes.evaluation_scenes(self.recipe.scenes, self.scene_stream.sheet, self.budget.eval_prompts)[:count]
         real = np.stack([self.scene_stream.render(s)[self.recipe.px] for s in shown])
         prompts = [(s.prompt, s.prompt) for s in shown]
-        sprites = Sprites.load(self.assets / "referee_sprites.npz")
         quality = SceneQuality.from_images(self.load_clip(), sprites, prompts, real)
-        held_out = [s.prompt for s in shown if s.split == scenes.HELD_OUT]
-        return family_eval.evaluate_scenes(engine, quality, real, self.assets, held_out=held_out)
+        return quality, real, [s.prompt for s in shown if s.split == scenes.HELD_OUT]
 
     def write_card(self, metrics: dict) -> None:
         """MODEL_CARD.md from the report and ``metrics`` (rewritable without re-evaluating)."""

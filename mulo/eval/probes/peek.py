@@ -2,7 +2,8 @@
 [--prompts 24]``.
 
 AR and ZipAR (window 8) sample the first evaluation prompts from the target's latest checkpoint
-and are scored as the model card scores them (adherence, FD in mini-CLIP space), so a run of many
+and are scored as the model card scores them (adherence, FD in mini-CLIP space; a scenes run: the
+referee's prompt match and its parts, on the sprites its export will ship), so a run of many
 hours can be judged on its way rather than at its end: the first 32x32 run drew colour blobs at
 step 4,000 and its prompts at step 12,000, where ZipAR still did not. It reads the run folder
 only (the running stage may go on beside it, at the cost of both sharing the CPU).
@@ -21,10 +22,12 @@ import torch
 from mulo.engine import Engine
 from mulo.eval import family_eval
 from mulo.families.base import Family
-from mulo.families.emoji import PromptConditioner
+from mulo.families.emoji import PromptConditioner, ScenePromptConditioner
 from mulo.models.gpt import GPT
+from mulo.train import scenes
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
+from mulo.train.stages.export import scene_language
 
 METHODS = ("ar", "zipar-w8")  # the card's methods (labels of mulo.eval.harness.SPECS) that need no drafter
 
@@ -47,7 +50,10 @@ def target_family(pipe: Pipeline) -> tuple[Family, object, int]:
     clip = pipe.load_clip()
     target = GPT(pipe.recipe.gpt_config("target", pipe.codes, clip.cond_dim))
     target.load_state_dict(weights)
-    conditioner = PromptConditioner(clip)
+    if pipe.recipe.scenes:  # prompts read by the scenes grammar, as the exported family reads them
+        conditioner = ScenePromptConditioner(clip.eval(), scene_language(pipe.recipe.scenes))
+    else:
+        conditioner = PromptConditioner(clip)
     vq = pipe.tokenizer()
     family = Family(pipe.recipe.family, target, {}, vq, conditioner, defaults=pipe.recipe.defaults)
     return family, clip, step
@@ -59,11 +65,20 @@ def peek(pipe: Pipeline, n_prompts: int = 24, seed: int = 0) -> dict:
     mini-CLIP sets."""
     family, clip, step = target_family(pipe)
     # the first of the model card's own prompts, so a checkpoint's scores compare with the card's
-    prompts = family_eval.eval_prompts(pipe.data, pipe.budget.eval_prompts)[:n_prompts]
-    quality = family_eval.reference(pipe.data, clip, prompts)
+    if pipe.recipe.scenes:  # judged by the referee, on the sprites the export will ship
+        config = pipe.recipe.scenes
+        sprites = scenes.sprites(pipe.cache, config.object_px, config.canvas).subset(config.names)
+        quality, real_images, _ = pipe.scene_evaluation(n_prompts, sprites)
+        images: dict | None = {}
+    else:
+        prompts = family_eval.eval_prompts(pipe.data, pipe.budget.eval_prompts)[:n_prompts]
+        quality = family_eval.reference(pipe.data, clip, prompts)
+        real_images, images = family_eval.real_images(pipe.data, quality.keys), None
     with torch.no_grad():
-        methods = family_eval.score_methods(Engine(family.to(pipe.device)), quality, METHODS, seed)
-    real = round(quality.adherence(family_eval.real_images(pipe.data, quality.keys), quality.keys), 4)
+        methods = family_eval.score_methods(Engine(family.to(pipe.device)), quality, METHODS, seed, images)
+    for label, generated in (images or {}).items():  # what a scenes match is made of
+        methods[label].update(quality.parts(generated, quality.keys))
+    real = round(quality.adherence(real_images, quality.keys), 4)
     return {"step": step, "prompts": len(quality.prompts), "real_adherence": real, "methods": methods}
 
 

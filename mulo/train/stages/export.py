@@ -61,11 +61,19 @@ def export(pipe) -> None:
 def export_scenes(pipe) -> None:
     """``scenes.json`` (the vocabulary, palette, object count and styles the family draws, which
     its loader checks prompts against) and ``referee_sprites.npz`` (``mulo.eval.referee``)."""
-    from mulo.scenes import PALETTE
     from mulo.train import scenes
 
     config = pipe.recipe.scenes
-    language = {
+    (pipe.assets / "scenes.json").write_text(json.dumps(scene_language(config), indent=1))
+    scenes.write_sprite_file(pipe.assets / "referee_sprites.npz", pipe.cache, config)
+
+
+def scene_language(config) -> dict:
+    """What a scenes family's loader reads prompts with (``scenes.json``): the vocabulary, palette,
+    object count and styles of ``config`` (a ``SceneConfig``), and its geometry."""
+    from mulo.scenes import PALETTE
+
+    return {
         "names": list(config.names),
         "palette": {colour: PALETTE[colour] for colour in config.backgrounds},
         "max_objects": config.max_objects,
@@ -74,8 +82,6 @@ def export_scenes(pipe) -> None:
         "canvas": config.canvas,
         "placement": config.placement,
     }
-    (pipe.assets / "scenes.json").write_text(json.dumps(language, indent=1))
-    scenes.write_sprite_file(pipe.assets / "referee_sprites.npz", pipe.cache, config)
 
 
 def adopt_assets(pipe, folder: Path) -> None:
