@@ -415,7 +415,11 @@ FULL_SCENES = replace(
     held_out_scenes=512,
     clip_steps=1000,
     vq_steps=1200,
-    ar_steps=5000,  # 80,000 fresh scenes at 16 a batch
+    # 160,000 fresh scenes at 16 a batch. The run began at 5,000 steps and was lengthened at step 3,250
+    # (the schedule's cosine then spans 10,000): at step 2,500 its free-running samples were fragments
+    # (prompt match 0) although teacher-forced object tokens under an object were 97 % right
+    # (docs/notebook/session-2026-11-29-second-cycle.md)
+    ar_steps=10000,
     ar_batch=16,
     background_loss_share=0.1,
     drafter_steps=2500,
