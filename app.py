@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import gradio as gr
 import numpy as np
 
+from mulo import families
 from mulo.tracefile import MAX_TRACE_BYTES
 from mulo.ui import engines
 from mulo.ui.files import OUT_DIR, example_traces
@@ -40,7 +41,7 @@ from mulo.ui.shutdown import exit_on_ctrl_c
 from mulo.ui.text import EXPLAINER, METRICS_LEGEND, TOKEN_HINT, header
 from mulo.ui.torch_thread import TORCH
 
-EXAMPLE_PROMPTS = ["red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown"]
+EXAMPLE_PROMPTS = list(families.examples(engines.DEFAULT_FAMILY))  # the default family's own
 HEADER = header(os.environ.get("MULO_CODE_URL") or (
     f"https://huggingface.co/spaces/{os.environ['SPACE_ID']}/tree/main" if os.environ.get("SPACE_ID") else None
 ))  # fmt: skip

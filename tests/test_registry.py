@@ -155,3 +155,23 @@ def test_a_chain_method_s_trace_records_it_for_its_summary(engine):
     sd = engine.generate("red apple", "sd", 0)
     assert sd.trace.chain and sd.trace.summary()["mean_accepted_length"] >= 1
     assert not engine.generate("red apple", "mulo", 0).trace.chain
+
+
+def test_each_family_names_its_own_example_prompts_and_each_is_one_it_reads():
+    """The app's examples come from the default family's registration (a scenes family's name
+    objects and backgrounds), a generic list where it names none; every shipped family reads each
+    of its examples without an error or an ignored word."""
+    from mulo import families
+    from mulo.engine import Engine
+
+    spec = families.register("toy-examples", "a test", "mulo.families.toy", examples=("cat on blue",))
+    try:
+        assert families.examples("toy-examples") == ("cat on blue",)
+    finally:
+        families.unregister("toy-examples")
+    assert families.examples("toy") == families.GENERIC_EXAMPLES and spec.examples == ("cat on blue",)
+    for name in families.trained():
+        if families.get(name).shipped():
+            engine = Engine(families.load_family(name))
+            for prompt in families.examples(name):
+                assert engine.check(prompt, "ar", 0, None)[2] == [], (name, prompt)

@@ -27,6 +27,8 @@ class FamilySpec:
     # trained here (``python -m mulo train NAME``) and shipped in assets/NAME; a recipe whose models
     # are not trained yet (mulo/train/recipes.py) is registered once they are
     trained: bool = False
+    # the app's example prompts for this family (``examples``: a generic list when empty)
+    examples: tuple[str, ...] = ()
 
     def shipped(self) -> bool:
         """Whether the weights are on this machine without a download (a trained family: in assets/;
@@ -46,10 +48,10 @@ REGISTRY: dict[str, FamilySpec] = {}
 ALIASES: dict[str, str] = {}  # another name -> the registered one (not listed in menus)
 
 
-def register(name: str, summary: str, module: str, *, trained: bool = False) -> FamilySpec:
+def register(name: str, summary: str, module: str, *, trained: bool = False, examples=()) -> FamilySpec:
     if name in REGISTRY:
         raise ValueError(f"family {name!r} is already registered")
-    REGISTRY[name] = spec = FamilySpec(name, summary, module, trained)
+    REGISTRY[name] = spec = FamilySpec(name, summary, module, trained, tuple(examples))
     return spec
 
 
@@ -62,6 +64,15 @@ def get(name: str) -> FamilySpec:
         return REGISTRY[ALIASES.get(name, name)]
     except KeyError:
         raise ValueError(f"family must be one of {', '.join(REGISTRY)} (got {name!r})") from None
+
+
+# Prompts every emoji-trained family and Tar draw: the examples of a family that names none
+GENERIC_EXAMPLES = ("red apple", "cat face", "rocket", "grinning face", "pizza", "ghost", "sun", "crown")
+
+
+def examples(name: str) -> tuple[str, ...]:
+    """The app's example prompts for family ``name``."""
+    return get(name).examples or GENERIC_EXAMPLES
 
 
 def names() -> tuple[str, ...]:
