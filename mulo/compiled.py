@@ -419,6 +419,8 @@ def attach(models, mode: str = "auto", background: bool = False) -> str:
             why = "compiled steps are float32 only"
         elif any(m.config.kv_heads != m.config.n_head for m in models):
             why = "compiled steps do not group query heads"
+        elif any(m.config.rotary_2d for m in models):
+            why = "compiled steps do not turn positions (2D rotary) yet"
         else:
             why = unavailable_reason()
     longest = max((m.config.max_seq_len for m in models), default=0)

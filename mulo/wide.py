@@ -97,7 +97,7 @@ def time_layer(model, batch: int, width: int) -> tuple[float, float]:
     def seconds(bf16: bool) -> float:
         start = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            layer(h, 0, slots, mask, cache)
+            layer(h, 0, slots, mask, cache, model.rotary_at(slots))
         return time.perf_counter() - start
 
     seconds(False), seconds(True)  # warm-up: allocator, oneDNN's kernels for these shapes

@@ -44,9 +44,10 @@ def tiny_gpt(
     std: float = 0.5,
     grid=None,
     neighbour_inputs: int = 0,
+    rotary_2d: bool = False,
 ) -> GPT:
     """A random GPT over a ``side`` x ``side`` grid (or ``grid``, ``(height, width)``), reading
-    the row above when ``neighbour_inputs`` is 3."""
+    the row above when ``neighbour_inputs`` is 3, turning by 2D cells when ``rotary_2d``."""
     height, width = grid or (side, side)
     config = GPTConfig.preset(
         dim_preset,
@@ -57,6 +58,7 @@ def tiny_gpt(
         multiple_of=32,
         grid=grid,
         neighbour_inputs=neighbour_inputs,
+        rotary_2d=rotary_2d,
     )
     return init_random_(GPT(config), seed, std=std).eval()
 

@@ -167,7 +167,3 @@ def main(argv=None, prog=None) -> int:
         args.json.write_text(text)
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

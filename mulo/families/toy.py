@@ -78,11 +78,13 @@ def load(name: str = "toy", device: str = "cpu") -> Family:
     return build().to(device)
 
 
-def build(seed: int = 0, grid: int = GRID, neighbour_inputs: int = 0) -> Family:
+def build(seed: int = 0, grid: int = GRID, neighbour_inputs: int = 0, rotary_2d: bool = False) -> Family:
     """The toy family on a ``grid`` x ``grid`` target (8 by default; larger for tests of scale);
-    ``neighbour_inputs`` (``GPTConfig``'s) for every model, as the scenes family has them."""
-    target = _gpt(seed, grid, neighbour_inputs=neighbour_inputs)
-    drafters = {r: _gpt(seed + i, grid // r, neighbour_inputs=neighbour_inputs) for i, r in ((1, 2), (2, 4))}
+    ``neighbour_inputs`` and ``rotary_2d`` (``GPTConfig``'s) for every model, as a scenes family may
+    have them."""
+    shape = dict(neighbour_inputs=neighbour_inputs, rotary_2d=rotary_2d)
+    target = _gpt(seed, grid, **shape)
+    drafters = {r: _gpt(seed + i, grid // r, **shape) for i, r in ((1, 2), (2, 4))}
     draft_model = init_random_(
         GPT(
             GPTConfig(
@@ -94,7 +96,7 @@ def build(seed: int = 0, grid: int = GRID, neighbour_inputs: int = 0) -> Family:
                 cond_len=COND_LEN,
                 cond_dim=COND_DIM,
                 multiple_of=16,
-                neighbour_inputs=neighbour_inputs,
+                **shape,
             )
         ),
         seed + 3,

@@ -47,8 +47,9 @@ class EagleHead(nn.Module):
         if cache is not None:
             mask = cache.admit(slots, mask)
         x = self.fc(torch.cat([next_inputs, features.to(next_inputs.dtype)], dim=-1))
-        x = x + target.abs_pe[0, slots if pe_slots is None else pe_slots].to(x.dtype)
-        return self.layer(x, 0, slots, mask, cache)
+        positions = slots if pe_slots is None else pe_slots
+        x = x + target.abs_pe[0, positions].to(x.dtype)
+        return self.layer(x, 0, slots, mask, cache, target.rotary_at(positions))
 
     def new_cache(self, batch: int, n_slots: int, device, dtype) -> KVCache:
         return KVCache(self.config, batch, device, dtype, n_slots)

@@ -69,6 +69,44 @@ def embed_inputs(tok_embeddings: nn.Embedding, neighbour_embeddings, tokens, nei
     return x
 
 
+# The 2D rotary's frequencies fall from 1 to ~1/100 radian a cell (wavelengths of 6 to ~470 cells):
+# a 32-cell side spans them, where LlamaGen's base of 10,000 leaves most channels all but still.
+ROPE_BASE = 100.0
+
+
+def rotary_2d_tables(cond_len: int, height: int, width: int, head_dim: int) -> torch.Tensor:
+    """cos and sin ``[2, cond_len + height * width - 1, head_dim // 2, 2]`` of a 2D rotary position
+    (``GPTConfig.rotary_2d``): row 0 rotates each slot's queries by the cell the slot predicts, row 1
+    its keys by the cell of the token it is fed, so a score depends on (predicted cell) - (fed
+    cell): the query predicting (r, c) meets the token above it, (r - 1, c), at offset (1, 0) on
+    every row, with no wrap at a row's end. Half of each head's pairs turn with the row, half with
+    the column; condition slots turn by nothing (a condition key has no cell; the last condition
+    slot predicts cell (0, 0))."""
+    if head_dim % 4:
+        raise ValueError(f"a 2D rotary needs a head dim divisible by 4 (got {head_dim})")
+    quarter = head_dim // 4
+    freqs = ROPE_BASE ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
+    cells = torch.arange(height * width)
+    rows, cols = (cells // width).double(), (cells % width).double()
+    angles = torch.cat([rows[:, None] * freqs, cols[:, None] * freqs], dim=1)  # [L, head_dim // 2]
+    n_slots = cond_len + height * width - 1
+    predicted = torch.zeros(n_slots, 2 * quarter, dtype=torch.float64)
+    predicted[cond_len - 1 :] = angles  # slot T - 1 + u predicts cell u
+    fed = torch.zeros(n_slots, 2 * quarter, dtype=torch.float64)
+    fed[cond_len:] = angles[:-1]  # slot T + v is fed cell v
+    both = torch.stack([predicted, fed])
+    return torch.stack([both.cos(), both.sin()], dim=-1).float()
+
+
+def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``x [B, heads, Q, head_dim]`` with each pair of channels (2i, 2i + 1) turned by the angle whose
+    cos and sin ``table [Q, head_dim // 2, 2]`` holds."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    cos, sin = table[..., 0].float(), table[..., 1].float()
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2).type_as(x)
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     """Architecture of one AR image model.
@@ -98,6 +136,10 @@ class GPTConfig:
     # by attention only slowly; fed directly, the scenes target learnt its objects 5x faster
     # (docs/notebook/session-2026-11-29-neighbours.md).
     neighbour_inputs: int = 0
+    # Attention also turns queries and keys by their 2D cells (``rotary_2d_tables``; LlamaGen's images
+    # use a 2D rotary), so "the token k rows up" is one relation on every slot, not one to learn per
+    # slot through the absolute embedding. False: Tar and the first families.
+    rotary_2d: bool = False
 
     @classmethod
     def preset(cls, name: str, **overrides) -> GPTConfig:
@@ -124,6 +166,8 @@ class GPTConfig:
             raise ValueError(f"grid {h}x{w} does not hold max_seq_len={self.max_seq_len} tokens")
         if self.neighbour_inputs not in NEIGHBOUR_INPUTS:
             raise ValueError(f"neighbour_inputs must be one of {NEIGHBOUR_INPUTS} (got {self.neighbour_inputs!r})")
+        if self.rotary_2d and self.head_dim % 4:
+            raise ValueError(f"rotary_2d needs a head dim divisible by 4 (dim {self.dim} / {self.n_head} heads)")
 
     @property
     def kv_heads(self) -> int:
@@ -222,7 +266,9 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(config.dim, config.dim + 2 * kv_dim, bias=False)
         self.wo = nn.Linear(config.dim, config.dim, bias=False)
 
-    def forward(self, x, layer: int, slots, mask, cache: KVCache | None):
+    def forward(self, x, layer: int, slots, mask, cache: KVCache | None, rotary: torch.Tensor | None = None):
+        """``rotary [2, Q, head_dim // 2, 2]``: a 2D-rotary model's query and key turns at the
+        pass's positions (``GPT.rotary_at``); cached keys are stored turned."""
         config = self.config
         b, q_len, _ = x.shape
         kv_dim = config.kv_heads * config.head_dim
@@ -230,6 +276,8 @@ class Attention(nn.Module):
         q = q.view(b, q_len, config.n_head, config.head_dim).transpose(1, 2)
         k = k.view(b, q_len, config.kv_heads, config.head_dim).transpose(1, 2)
         v = v.view(b, q_len, config.kv_heads, config.head_dim).transpose(1, 2)
+        if rotary is not None:
+            q, k = rotate(q, rotary[0]), rotate(k, rotary[1])
         if cache is not None:
             # (a bf16 pass, ``mulo.wide``, writes its K/V to the float32 cache)
             cache.k[layer][:, :, slots] = k.to(cache.k.dtype)
@@ -253,8 +301,8 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
         self.drop = nn.Dropout(config.dropout)  # identity in eval mode and at p = 0
 
-    def forward(self, h, layer, slots, mask, cache):
-        h = h + self.drop(self.attention(self.attention_norm(h), layer, slots, mask, cache))
+    def forward(self, h, layer, slots, mask, cache, rotary=None):
+        h = h + self.drop(self.attention(self.attention_norm(h), layer, slots, mask, cache, rotary))
         return h + self.drop(self.feed_forward(self.ffn_norm(h)))
 
 
@@ -286,6 +334,9 @@ class GPT(nn.Module):
             tables = (nn.Embedding(config.vocab_size + 1, config.dim) for _ in range(config.neighbour_inputs))
             self.neighbour_embeddings = nn.ModuleList(tables)
         self.abs_pe = nn.Parameter(torch.zeros(1, config.n_positions, config.dim))
+        # the 2D rotary's turns by slot: derived from the config, so in no state dict
+        tables = rotary_2d_tables(config.cond_len, *config.grid_hw, config.head_dim) if config.rotary_2d else None
+        self.register_buffer("rotary", tables, persistent=False)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
@@ -330,6 +381,11 @@ class GPT(nn.Module):
         return torch.cat([x, self.embed_tokens(tokens, neighbours)], dim=1)
 
     # -- forward ------------------------------------------------------------------------
+    def rotary_at(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """The query and key turns ``[2, Q, head_dim // 2, 2]`` of inputs at position slots
+        ``positions [Q]``; None for a model without a 2D rotary."""
+        return None if self.rotary is None else self.rotary[:, positions]
+
     def forward_hidden(
         self,
         x: torch.Tensor,
@@ -349,16 +405,18 @@ class GPT(nn.Module):
         """
         if cache is not None:  # (without one, a None mask reaches the attention as is_causal)
             mask = cache.admit(slots, mask)
-        h = x + self.abs_pe[0, slots if pe_slots is None else pe_slots].to(x.dtype)
+        positions = slots if pe_slots is None else pe_slots
+        h = x + self.abs_pe[0, positions].to(x.dtype)
         if self.compiled is not None and cache is not None and x.shape[1] <= self.compiled.max_queries:
             hidden = self.compiled.run(h, mask, cache, slots)  # a narrow pass: compiled (mulo.compiled)
             if hidden is not None:
                 return hidden
+        rotary = self.rotary_at(positions)
         # a wide pass in bf16 where measured faster (mulo.wide); never while training (grad enabled)
         bf16 = self.wide is not None and not torch.is_grad_enabled() and self.wide.autocast(*x.shape[:2])
         with bf16 or contextlib.nullcontext():
             for i, layer in enumerate(self.layers):
-                h = layer(h, i, slots, mask, cache)
+                h = layer(h, i, slots, mask, cache, rotary)
         return self.norm(h)
 
     def forward_embeddings(self, x, slots, mask=None, cache=None, pe_slots=None) -> torch.Tensor:

@@ -5,9 +5,10 @@ only the target of a candidate recipe on the clip, VQ, held-out tokens and encod
 scenes of a finished run (linked, not copied; with ``--encode``, its clip and VQ only, and the
 recipe's own scenes encoded by them), so candidates that differ in the target alone
 (its position start, width, learning rate; ``--target neighbour_inputs=0``: the plain target that
-does not read the row above) compare on the same scenes in ~13 minutes each. The
-report (``RUN/report.json``'s ``target``) holds the held-out curve and, at the end, the held-out
-and training losses with the object tokens apart (``stages.ar.object_losses``).
+does not read the row above; ``--target rotary_2d=true``: attention turned by 2D cells) compare
+on the same scenes in ~13 minutes each. The report (``RUN/report.json``'s ``target``) holds the
+held-out curve and, at the end, the held-out and training losses with the object tokens apart
+(``stages.ar.object_losses``).
 
     python tools/experiments/scenes_target.py runs/curve/base runs/exp/grid-pe \\
         --recipe scenes-grid-pe --steps 400
@@ -76,8 +77,13 @@ def judge_samples(pipe, model, count: int, cfg: float, top_p: float, sprites: Pa
 
 
 def typed(instance, key: str, value: str):
-    """``value`` as the type of ``instance``'s field ``key``."""
-    return type(getattr(instance, key))(value)
+    """``value`` as the type of ``instance``'s field ``key`` (a flag: true/false, 1/0)."""
+    kind = type(getattr(instance, key))
+    if kind is bool:
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{key} is a flag: true or false (got {value!r})")
+        return value.lower() in ("true", "1")
+    return kind(value)
 
 
 def main() -> None:
@@ -107,7 +113,7 @@ def main() -> None:
     if args.lr is not None:
         hyper["ar_lr"] = args.lr
     recipe = replace(recipe, hyper=replace(recipe.hyper, **{k: typed(recipe.hyper, k, v) for k, v in hyper.items()}))
-    target = {k: int(v) for k, v in (field.split("=", 1) for field in args.target)}
+    target = {k: typed(GPTConfig(), k, v) for k, v in (field.split("=", 1) for field in args.target)}
     recipe = replace(recipe, target={**recipe.target, **target})
     scene = dict(field.split("=", 1) for field in args.scene)
     if scene and not args.encode:
