@@ -123,3 +123,20 @@ def test_object_losses_score_the_tokens_off_the_background():
     assert got["object_loss"] == pytest.approx(float(losses[objects].mean()), abs=1e-4)
     assert got["background_loss"] == pytest.approx(float(losses[~objects].mean()), abs=1e-4)
     assert got["object_accuracy"] == pytest.approx(float(hits[objects].float().mean()), abs=1e-4)
+
+
+def test_noisy_inputs_replace_a_share_with_codes_or_with_tokens_of_the_same_scene():
+    from mulo.train.stages.ar import noisy_inputs
+
+    tokens = scene_batch(400)
+    codes = noisy_inputs(tokens, 0.1, "codes", VOCAB, np.random.default_rng(0))
+    scene = noisy_inputs(tokens, 0.1, "scene", VOCAB, np.random.default_rng(0))
+    # the same positions are drawn for both kinds; about a tenth of them change
+    changed = float((codes != tokens).float().mean())
+    assert 0.07 < changed < 0.1  # a replacement may draw the token already there
+    for row, noisy in zip(tokens, scene, strict=True):
+        assert set(noisy.tolist()) <= set(row.tolist())  # never a code the scene does not hold
+    assert 0.03 < float((scene != tokens).float().mean()) < 0.1  # mostly its background: often unchanged
+    assert torch.equal(noisy_inputs(tokens, 0.0, "scene", VOCAB, np.random.default_rng(0)), tokens)
+    with pytest.raises(ValueError, match="input noise kind"):
+        noisy_inputs(tokens, 0.1, "pixels", VOCAB, np.random.default_rng(0))

@@ -65,6 +65,9 @@ class Budget:
     # fraction of each stage's steps on. Off: it undid the target's memorisation (twemoji-64's card)
     input_noise: float = 0.0
     input_noise_from: float = 0.625
+    # what replaces a noisy input: "codes" (any code, uniformly) or "scene" (a token of the same
+    # sequence: the background, or another object's piece, the kind of miss a model makes)
+    input_noise_kind: str = "codes"
     # Parallel-decoding tolerance: the share of target and drafter steps whose attention mask hides,
     # from each token, what ZipAR with a random window has not produced yet (``zipar_mask``), so
     # one target serves raster AR, ZipAR and ZipAR inside MuLo-SD's islands.
@@ -432,6 +435,13 @@ FULL_SCENES = replace(
     # the prompt, the prompt without its background ("red apple and rocket": any background), or the
     # description that names each object's style
     ar_text_mix={"name": 0.6, "short": 0.15, "description": 0.25},
+    # Noisy teacher forcing from 40 % of the steps on, the replacements drawn from the same scene: at
+    # step 3,000, one wrong token above an object token cut the target's top-1 there from 97 % to 47 %
+    # (one to its left: 40 %), so a miss in a free-running sample was copied down the object
+    # (docs/notebook/session-2026-11-29-second-cycle.md). Switched on at step ~3,900 of the full run.
+    input_noise=0.05,
+    input_noise_from=0.4,
+    input_noise_kind="scene",
     # A quarter of the steps under ZipAR's view: with the row above fed, the trial's target scored
     # 0.371 under ZipAR's view (window 4) without ever training in it, 0.386 with half its steps
     # there, and learnt objects a little faster without (40.7 % against 38.2 % at 400 steps).

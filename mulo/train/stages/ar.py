@@ -137,11 +137,9 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
         rng = np.random.default_rng([pipe.seed, sum(map(ord, stage)), step])
         x, cond = ar_batch(pipe, data, rng, budget.ar_batch, step)
         inputs = x[:, :-1]
-        noisy = budget.input_noise > 0 and step >= budget.input_noise_from * steps
-        if noisy:  # noisy teacher forcing: predict the clean token anyway
-            noise = torch.from_numpy(rng.random(inputs.shape) < budget.input_noise).to(device)
-            random_codes = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(device)
-            inputs = torch.where(noise, random_codes, inputs)
+        if budget.input_noise > 0 and step >= budget.input_noise_from * steps:
+            # noisy teacher forcing: predict the clean token anyway
+            inputs = noisy_inputs(inputs, budget.input_noise, budget.input_noise_kind, vocab, rng)
         mask, weights, view = None, None, inputs
         if rng.random() < zipar_share:  # ZipAR's view: hidden slots and row-end proxies
             window = int(rng.choice(list(masks)))
@@ -164,6 +162,24 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
         return (losses * weights).mean()  # the other tokens' gradients as in an unweighted step
 
     return loss_fn
+
+
+NOISE_KINDS = ("codes", "scene")
+
+
+def noisy_inputs(inputs: torch.Tensor, share: float, kind: str, vocab: int, rng: np.random.Generator) -> torch.Tensor:
+    """``inputs [B, L]`` with each token replaced with probability ``share``: by any code of
+    ``vocab`` (``kind`` "codes") or by a token drawn from elsewhere in its own sequence ("scene":
+    mostly the background, sometimes another object's piece, the misses a model makes)."""
+    if kind not in NOISE_KINDS:
+        raise ValueError(f"input noise kind must be one of {', '.join(NOISE_KINDS)} (got {kind!r})")
+    replaced = torch.from_numpy(rng.random(inputs.shape) < share).to(inputs.device)
+    if kind == "scene":
+        elsewhere = torch.from_numpy(rng.integers(0, inputs.shape[1], size=inputs.shape)).to(inputs.device)
+        replacements = torch.gather(inputs, 1, elsewhere)
+    else:
+        replacements = torch.from_numpy(rng.integers(0, vocab, size=inputs.shape)).to(inputs.device)
+    return torch.where(replaced, replacements, inputs)
 
 
 def weighted_loss(

@@ -39,8 +39,9 @@ def teacher_forcing(budget: dict) -> str:
             "nats per token, jumped to 1.85, and ended with a clean teacher-forced loss of 0.66 on the "
             "evaluation emoji)"
         )
+    source = "tokens of the same scene" if budget.get("input_noise_kind") == "scene" else "random codes"
     return (
-        f"noisy teacher forcing ({budget['input_noise']:.0%} of the input tokens replaced by random codes "
+        f"noisy teacher forcing ({budget['input_noise']:.0%} of the input tokens replaced by {source} "
         f"from {budget['input_noise_from']:.0%} of each stage's steps on; the loss still asks for the clean token)"
     )
 
