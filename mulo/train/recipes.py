@@ -435,13 +435,15 @@ FULL_SCENES = replace(
     # the prompt, the prompt without its background ("red apple and rocket": any background), or the
     # description that names each object's style
     ar_text_mix={"name": 0.6, "short": 0.15, "description": 0.25},
-    # Noisy teacher forcing from 40 % of the steps on, the replacements drawn from the same scene: at
-    # step 3,000, one wrong token above an object token cut the target's top-1 there from 97 % to 47 %
-    # (one to its left: 40 %), so a miss in a free-running sample was copied down the object
-    # (docs/notebook/session-2026-11-29-second-cycle.md). Switched on at step ~3,900 of the full run.
+    # Noisy teacher forcing from 40 % of the steps on: at step 3,000, one wrong token above an object
+    # token cut the target's top-1 there from 97 % to ~50 % (one to its left: ~43 %), so a miss in a
+    # free-running sample was copied down the object (docs/notebook/session-2026-11-29-second-cycle.md).
+    # Replacements from the scene itself (mostly its background) ran steps 4,000-4,450: robustness rose
+    # to ~62 %, but inputs turned background inside objects taught the target that an object goes on
+    # after background, and AR drew more stray pieces; any code (a wrong object piece) from step 4,450.
     input_noise=0.05,
     input_noise_from=0.4,
-    input_noise_kind="scene",
+    input_noise_kind="codes",
     # A quarter of the steps under ZipAR's view: with the row above fed, the trial's target scored
     # 0.371 under ZipAR's view (window 4) without ever training in it, 0.386 with half its steps
     # there, and learnt objects a little faster without (40.7 % against 38.2 % at 400 steps).
