@@ -89,7 +89,9 @@ def measure_layouts(engine, prompts: list[str], seeds: int = LAYOUT_SEEDS) -> di
 
 def measure_locality(engine, quality, prompts: list[tuple[str, str]]) -> dict:
     """MuLo-SD at the family's defaults beside AR on every prompt: re-opened share, islands per object."""
-    records = harness.run(engine, [("ar", "ar", {}), ("mulo", "mulo", {})], prompts, extra=_islands_of)
+    records = harness.run(
+        engine, [("ar", "ar", {}), ("mulo", "mulo", {})], prompts, extra=lambda r: verified_islands(r.trace)
+    )
     keys = [key for key, _ in prompts]
     objects = [len(parse_prompt(p).objects) for _, p in prompts]
     multi = [i for i, n in enumerate(objects) if n >= 2]
@@ -105,10 +107,6 @@ def measure_locality(engine, quality, prompts: list[tuple[str, str]]) -> dict:
     for name, recs in records.items():
         out[f"{name}_match"] = quality.adherence(np.stack([r.image for r in recs]), keys)
     return out
-
-
-def _islands_of(result) -> int:
-    return verified_islands(result.trace)
 
 
 def measure_tau(engine, prompts: list[tuple[str, str]], taus=TAUS) -> dict:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from mulo.models.gpt import GPT
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
-from mulo.train.stages.ar import ar_data, held_out
+from mulo.train.stages.ar import ar_data, background_mask, held_out
 
 
 def load_target(pipe: Pipeline, data, weights: Path) -> GPT:
@@ -41,7 +41,7 @@ def by_surroundings(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: 
     hits = (logits.argmax(-1) == tokens).reshape(-1, side, side)
     nats = F.cross_entropy(logits.transpose(1, 2), tokens, reduction="none").reshape(-1, side, side)
     grid = tokens.reshape(-1, side, side)
-    obj = grid != torch.mode(tokens, dim=1).values[:, None, None]
+    obj = ~background_mask(tokens).reshape(grid.shape)
     above, left = torch.zeros_like(obj), torch.zeros_like(obj)
     above[:, 1:], left[:, :, 1:] = obj[:, :-1], obj[:, :, :-1]
     groups = {
@@ -55,7 +55,7 @@ def by_surroundings(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: 
 
 def robustness(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    obj = tokens != torch.mode(tokens, dim=1).values[:, None]
+    obj = ~background_mask(tokens)
     variants = {"true inputs": tokens.clone(), "token above wrong": tokens.clone(), "token left wrong": tokens.clone()}
     picked = []
     for i in range(len(tokens)):
