@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from mulo.config import COMPILE_MODES, resolve_mode
-from mulo.models.gpt import embed_inputs
+from mulo.models.gpt import embed_inputs, rotate
 from mulo.runner import query_bucket
 from mulo.sampling import graph_knobs, graph_probs
 
@@ -115,14 +115,19 @@ class _Step(nn.Module):
     def __init__(self, model):
         super().__init__()
         self.layers, self.norm, self.config = model.layers, model.norm, model.config
+        # a 2D-rotary model's turns by position slot (frozen into the package like the weights)
+        self.register_buffer("rotary", model.rotary, persistent=False)
 
-    def forward(self, h, cached_mask, new_mask, k_cache, v_cache):
+    def forward(self, h, cached_mask, new_mask, k_cache, v_cache, positions=None):
         """``h [B, Q, dim]`` (embedded inputs plus positions); ``cached_mask [Q, S]``: the cache
         slots each query sees, the pass's own slots excluded (the cache does not hold their new
         K/V yet); ``new_mask [Q, Q]``: the pass's queries each one sees (itself included);
-        ``k_cache``/``v_cache [L, B, heads, n_slots, head_dim]``. Returns ``(normalised hidden
-        [B, Q, dim], k [L, B, heads, Q, head_dim], v)``: the pass's K/V for the caller to write."""
+        ``k_cache``/``v_cache [L, B, heads, n_slots, head_dim]``; ``positions [Q]``: a 2D-rotary
+        model's position slots, by which queries and keys turn (cached keys are stored turned).
+        Returns ``(normalised hidden [B, Q, dim], k [L, B, heads, Q, head_dim], v)``: the pass's
+        K/V for the caller to write."""
         c = self.config
+        turns = None if positions is None else self.rotary[:, positions]
         b, q_len, _ = h.shape
         width = cached_mask.shape[1]
         bias_cached = torch.where(cached_mask, 0.0, float("-inf"))
@@ -132,6 +137,8 @@ class _Step(nn.Module):
         for i, layer in enumerate(self.layers):
             qkv = layer.attention.wqkv(layer.attention_norm(h)).view(b, q_len, 3, c.n_head, c.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, Q, head_dim]
+            if turns is not None:
+                q, k = rotate(q, turns[0]), rotate(k, turns[1])
             keys, values = k_cache[i, :, :, :width], v_cache[i, :, :, :width]
             cached = torch.matmul(q, keys.transpose(-1, -2)) * scale + bias_cached
             own = torch.matmul(q, k.transpose(-1, -2)) * scale + bias_new
@@ -161,7 +168,8 @@ class _SampledStep(nn.Module):
         batch = k_cache.shape[1]
         embedded = embed_inputs(self.tok_embeddings, self.neighbour_embeddings, token, neighbours)
         h = embedded[None].expand(batch, -1, -1) + self.abs_pe[0, pe_slot]
-        hidden, k, v = self.step(h, cached_mask, cached_mask.new_ones(1, 1), k_cache, v_cache)
+        positions = pe_slot if self.step.config.rotary_2d else None
+        hidden, k, v = self.step(h, cached_mask, cached_mask.new_ones(1, 1), k_cache, v_cache, positions)
         logits = self.output(hidden).float()[:, 0]
         if batch == 2:  # classifier-free guidance, as mulo.sampling.cfg_combine
             logits = logits[1:] + knobs[0] * (logits[:1] - logits[1:])
@@ -212,6 +220,8 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
         new_mask = torch.ones(width, width, dtype=torch.bool).tril()
         module, inputs = _Step(model), (torch.zeros(batch, width, c.dim), cached_mask, new_mask, cache, cache.clone())
         dynamic = ({}, {1: keys}, {}, {3: slots}, {3: slots})
+        if c.rotary_2d:
+            inputs, dynamic = (*inputs, torch.zeros(width, dtype=torch.long)), (*dynamic, {})
     what = f"{type(model).__name__} {model.config.dim}x{model.config.n_layer}'s {bucket}-query pass (batch {batch})"
     log.info("compiling %s, ~%.0f s; packages kept in %s", what, estimate_s(), path.parent)
     began = time.perf_counter()
@@ -330,10 +340,12 @@ class StepCompiler:
         self.failures[shape] = f"compile failed ({_first_line(exc)})"
         log.warning("passes of batch %d, %s queries stay eager: %s", *shape, self.failures[shape])
 
-    def run(self, h, mask, cache, slots):
+    def run(self, h, mask, cache, slots, positions=None):
         """The pass of queries ``h [B, Q, dim]`` at cache ``slots [Q]`` under ``mask [Q, S]`` (already
-        limited to written slots, the pass's own included): writes their K/V and returns the
-        hidden state ``[B, Q, dim]``; None when it has no package (the caller runs it eagerly)."""
+        limited to written slots, the pass's own included), a 2D-rotary model's queries turned by
+        their ``positions [Q]`` (default ``slots``; a draft-tree node sits on a scratch slot):
+        writes their K/V and returns the hidden state ``[B, Q, dim]``; None when it has no package
+        (the caller runs it eagerly)."""
         q_len = h.shape[1]
         bucket = query_bucket(q_len)
         run = self._package(h.shape[0], bucket)
@@ -355,7 +367,11 @@ class StepCompiler:
             square = torch.eye(bucket, dtype=torch.bool)
             square[:q_len, :q_len] = new_mask
             new_mask = square
-        hidden, k, v = run([h, cached_mask, new_mask, cache.k, cache.v])
+        inputs = [h, cached_mask, new_mask, cache.k, cache.v]
+        if self.model.config.rotary_2d:  # padded queries turn by slot 0's angles: they see only themselves
+            turned_at = torch.as_tensor(slots if positions is None else positions, dtype=torch.long).reshape(-1)
+            inputs.append(torch.cat([turned_at, turned_at.new_zeros(bucket - q_len)]))
+        hidden, k, v = run(inputs)
         if q_len == 1:
             cache.k[:, :, :, slot] = k[:, :, :, 0]
             cache.v[:, :, :, slot] = v[:, :, :, 0]
@@ -419,8 +435,6 @@ def attach(models, mode: str = "auto", background: bool = False) -> str:
             why = "compiled steps are float32 only"
         elif any(m.config.kv_heads != m.config.n_head for m in models):
             why = "compiled steps do not group query heads"
-        elif any(m.config.rotary_2d for m in models):
-            why = "compiled steps do not turn positions (2D rotary) yet"
         else:
             why = unavailable_reason()
     longest = max((m.config.max_seq_len for m in models), default=0)

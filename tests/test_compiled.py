@@ -101,6 +101,25 @@ def test_every_method_keeps_its_tokens_when_compiled(caplog):
     assert all(" ~" in line and " s;" in line for line in said)  # about how long
 
 
+def test_a_rotary_targets_compiled_steps_turn_as_the_eager_ones():
+    """A 2D-rotary family (the scenes target's shape: the row above fed, attention turned by cell)
+    keeps its tokens compiled: AR's sampled steps, MuLo-SD's island waves and EAGLE-2's tree nodes,
+    which sit on scratch slots and turn by their image cells."""
+    family = toy.build(neighbour_inputs=3, rotary_2d=True)
+    runs = (("ar", {}), ("mulo", {"resampling": "islands", "island_window": 8}), ("eagle2", {}))
+    want = [Engine(family, compile="off").generate("red apple", m, 4, dict(k)) for m, k in runs]
+    engine = Engine(family, compile="on")
+    assert engine.compilation == "compiled steps"
+    for (method, knobs), expected in zip(runs, want, strict=True):
+        got = engine.generate("red apple", method, 4, dict(knobs))
+        assert "compiled steps" in got.trace.execution, method
+        assert torch.equal(got.tokens, expected.tokens), method
+    # the turn is in the package: the same weights unturned would draw other tokens
+    assert not torch.equal(
+        want[0].tokens, Engine(toy.build(neighbour_inputs=3), compile="off").generate("red apple", "ar", 4).tokens
+    )
+
+
 def test_cached_mode_runs_what_is_built_and_never_compiles(monkeypatch, tmp_path):
     """The CLI's one-off ``generate``: packages on disk run (their loading not charged to the
     method), missing ones run eagerly with the trace saying so, and nothing is ever compiled."""

@@ -408,7 +408,7 @@ class GPT(nn.Module):
         positions = slots if pe_slots is None else pe_slots
         h = x + self.abs_pe[0, positions].to(x.dtype)
         if self.compiled is not None and cache is not None and x.shape[1] <= self.compiled.max_queries:
-            hidden = self.compiled.run(h, mask, cache, slots)  # a narrow pass: compiled (mulo.compiled)
+            hidden = self.compiled.run(h, mask, cache, slots, positions)  # a narrow pass: compiled (mulo.compiled)
             if hidden is not None:
                 return hidden
         rotary = self.rotary_at(positions)

@@ -10,7 +10,13 @@ On held-out scenes (the run's validation split; the background = a scene's most 
 - robustness: at one object token under an object token per scene, top-1 with the true inputs,
   then with the token above it, or the one to its left, replaced by another of the scene's object
   tokens (a miss a free-running sample makes). A target that only copies its neighbours falls to
-  about half; one that reads the object as a whole stays near its clean accuracy.
+  about half; one that reads the object as a whole stays near its clean accuracy;
+- reach: at one object token per scene (row 6 or below, under an object token), top-1 when every
+  row more than k rows above it is wiped to the background: a target that reads only the last
+  rows keeps its accuracy at small k;
+- strays: under classifier-free guidance g, the probability mass a sampler puts on anything but
+  the true background at background tokens with no object beside them, summed over an image: the
+  pieces a free-running sample starts where nothing belongs (guidance multiplies it).
 """
 
 from __future__ import annotations
@@ -75,6 +81,51 @@ def robustness(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, 
     return {"positions": len(picked), **out}
 
 
+def reach(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, rows=(1, 2, 3, 5), seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    obj = ~background_mask(tokens)
+    above = torch.zeros_like(obj)
+    above[:, side:] = obj[:, :-side]
+    eligible = obj & above & (torch.arange(tokens.shape[1]) >= 6 * side)
+    background = torch.mode(tokens, 1).values
+    picked = []
+    for i in range(len(tokens)):
+        places = torch.nonzero(eligible[i]).flatten()
+        if len(places):
+            picked.append((i, int(places[torch.randint(len(places), (1,), generator=generator)])))
+
+    def top1(x: torch.Tensor) -> float:
+        with torch.no_grad():
+            logits = model(x[:, :-1], cond, view=x[:, :-1])
+        return float(np.mean([int(logits[i, p].argmax() == tokens[i, p]) for i, p in picked]))
+
+    out = {"positions": len(picked), "true inputs": top1(tokens)}
+    for k in rows:
+        wiped = tokens.clone()
+        for i, p in picked:
+            wiped[i, : (p // side - k) * side] = background[i]
+        out[f"{k} rows kept"] = top1(wiped)
+    return out
+
+
+def strays(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, guidance=(1.0, 2.0, 3.0)) -> dict:
+    obj = ~background_mask(tokens).reshape(-1, side, side)
+    near = obj.clone()
+    near[:, 1:] |= obj[:, :-1]
+    near[:, :-1] |= obj[:, 1:]
+    near[:, :, 1:] |= obj[:, :, :-1]
+    near[:, :, :-1] |= obj[:, :, 1:]
+    far = (~near).reshape(len(tokens), -1)
+    with torch.no_grad():
+        conditional = model(tokens[:, :-1], cond, view=tokens[:, :-1]).float()
+        null = model(tokens[:, :-1], torch.zeros_like(cond), view=tokens[:, :-1]).float()
+    out = {}
+    for g in guidance:
+        p_true = (null + g * (conditional - null)).softmax(-1).gather(-1, tokens[..., None])[..., 0]
+        out[f"guidance {g:g}"] = round(float(((1 - p_true) * far).sum(1).mean()), 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a scenes run folder past its tokens stage")
@@ -92,7 +143,9 @@ def main() -> None:
     model = load_target(pipe, data, args.weights or args.run / "target.best")
     for name, (count, top1, nats) in by_surroundings(model, tokens, cond, side).items():
         print(f"{name:32s} {count:6d} tokens  top-1 {top1:.3f}  {nats:.3f} nats")
-    print(robustness(model, tokens, cond, side))
+    print("robustness", robustness(model, tokens, cond, side))
+    print("reach", reach(model, tokens, cond, side))
+    print("strays a sample starts per image", strays(model, tokens, cond, side))
 
 
 if __name__ == "__main__":
