@@ -483,10 +483,12 @@ RECIPES["scenes"] = Recipe(
         background_loss_share=0.1,
     ),
     # Until the family is trained and calibrated (the paper's protocol): twemoji's 32x32 knobs at the
-    # paper's radius, with guidance, since a scene prompt has many right images (emoji-16's lesson),
-    # and no top-p: an object's first token is one of ~169 places, each of small probability at its
-    # slot, so top-p 0.8-0.95 cut every start and drew bare backgrounds (the neighbours notebook).
-    defaults={**DEFAULTS, "cfg": 3.0, "top_p": 1.0, "rows_per_block": 16, "drafting": "zipar", "island_window": 8},
+    # paper's radius, no top-p: an object's first token is one of ~169 places, each of small
+    # probability at its slot, so top-p 0.8-0.95 cut every start and drew bare backgrounds (the
+    # neighbours notebook); and no guidance: it multiplies those small probabilities everywhere, so
+    # a sampler starts pieces where nothing belongs (3.0 an image at guidance 1, 14 at 2, 88 at 3,
+    # summed over the background far from objects; docs/notebook/session-2026-11-29-rotary.md).
+    defaults={**DEFAULTS, "cfg": 1.0, "top_p": 1.0, "rows_per_block": 16, "drafting": "zipar", "island_window": 8},
     target=SCENES_TARGET,
     draft_model=SCENES_DRAFT_MODEL,
     scenes=SceneConfig(),
