@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from mulo.models.gpt import GPT
+from mulo.sampling import cfg_combine
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
 from mulo.train.stages.ar import ar_data, background_mask, held_out
@@ -73,12 +74,14 @@ def robustness(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, 
         for name, q in (("token above wrong", p - side), ("token left wrong", p - 1)):
             others = tokens[i][obj[i] & (tokens[i] != tokens[i, q])]
             variants[name][i, q] = others[rng.integers(len(others))]
-    out = {}
+    return {"positions": len(picked), **{name: top1_at(model, x, cond, tokens, picked) for name, x in variants.items()}}
+
+
+def top1_at(model: GPT, inputs: torch.Tensor, cond: torch.Tensor, tokens: torch.Tensor, picked) -> float:
+    """Top-1 of the target at the ``picked`` (scene, position) pairs, fed ``inputs`` instead of ``tokens``."""
     with torch.no_grad():
-        for name, x in variants.items():
-            logits = model(x[:, :-1], cond, view=x[:, :-1])
-            out[name] = float(np.mean([int(logits[i, p].argmax() == tokens[i, p]) for i, p in picked]))
-    return {"positions": len(picked), **out}
+        logits = model(inputs[:, :-1], cond, view=inputs[:, :-1])
+    return float(np.mean([int(logits[i, p].argmax() == tokens[i, p]) for i, p in picked]))
 
 
 def reach(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, rows=(1, 2, 3, 5), seed: int = 0) -> dict:
@@ -93,18 +96,12 @@ def reach(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, rows=
         places = torch.nonzero(eligible[i]).flatten()
         if len(places):
             picked.append((i, int(places[torch.randint(len(places), (1,), generator=generator)])))
-
-    def top1(x: torch.Tensor) -> float:
-        with torch.no_grad():
-            logits = model(x[:, :-1], cond, view=x[:, :-1])
-        return float(np.mean([int(logits[i, p].argmax() == tokens[i, p]) for i, p in picked]))
-
-    out = {"positions": len(picked), "true inputs": top1(tokens)}
+    out = {"positions": len(picked), "true inputs": top1_at(model, tokens, cond, tokens, picked)}
     for k in rows:
         wiped = tokens.clone()
         for i, p in picked:
             wiped[i, : (p // side - k) * side] = background[i]
-        out[f"{k} rows kept"] = top1(wiped)
+        out[f"{k} rows kept"] = top1_at(model, wiped, cond, tokens, picked)
     return out
 
 
@@ -118,10 +115,10 @@ def strays(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, guid
     far = (~near).reshape(len(tokens), -1)
     with torch.no_grad():
         conditional = model(tokens[:, :-1], cond, view=tokens[:, :-1]).float()
-        null = model(tokens[:, :-1], torch.zeros_like(cond), view=tokens[:, :-1]).float()
+        null = model(tokens[:, :-1], model.null_condition(cond), view=tokens[:, :-1]).float()
     out = {}
     for g in guidance:
-        p_true = (null + g * (conditional - null)).softmax(-1).gather(-1, tokens[..., None])[..., 0]
+        p_true = cfg_combine(conditional, null, g).softmax(-1).gather(-1, tokens[..., None])[..., 0]
         out[f"guidance {g:g}"] = round(float(((1 - p_true) * far).sum(1).mean()), 2)
     return out
 
