@@ -173,6 +173,40 @@ def parse_prompt(text: str, max_objects: int = MAX_OBJECTS, names=NAMES, palette
     return ScenePrompt(tuple(objects), background, style)
 
 
+def read_scene_text(
+    text: str, max_objects: int = MAX_OBJECTS, names=NAMES, palette=PALETTE, styles=STYLE_WORDS
+) -> tuple[ScenePrompt, tuple[str | None, ...]]:
+    """A prompt (``parse_prompt``'s grammar) or a scene's description, which puts a style word
+    after each name ("red apple noto, rocket twemoji on blue"): the prompt without those words
+    and each object's style (its own, else the prompt's one style, else None)."""
+    words, kept, own = _tokens(text), [], {}
+    for i, word in enumerate(words):
+        # a description's style word ends its object: a separator or "on" follows it
+        if word in styles and kept and words[i + 1 : i + 2] and (words[i + 1] in SEPARATORS or words[i + 1] == "on"):
+            own[sum(w in SEPARATORS for w in kept)] = word
+        else:
+            kept.append(word)
+    prompt = parse_prompt(" ".join(kept), max_objects, names, palette)
+    return prompt, tuple(own.get(k, prompt.style) for k in range(len(prompt.objects)))
+
+
+def symbol_slots(
+    text: str, max_objects: int = MAX_OBJECTS, names=NAMES, palette=PALETTE, styles=STYLE_WORDS
+) -> list[tuple[int, ...]]:
+    """What a prompt (or description) says, as symbols: slot 0 the background colour, then one slot
+    per object, each a tuple of indices into the table ``[*names, *palette, *styles]`` (an empty
+    tuple: the prompt leaves it open, e.g. no background named). An object's slot holds its name
+    and, when the text gives it, its style: exact words a model reads without a text encoder."""
+    prompt, own = read_scene_text(text, max_objects, names, palette, styles)
+    names, colours = list(names), list(palette)
+    background = () if prompt.background is None else (len(names) + colours.index(prompt.background),)
+    objects = [
+        (names.index(name),) + (() if style is None else (len(names) + len(colours) + list(styles).index(style),))
+        for name, style in zip(prompt.objects, own, strict=True)
+    ]
+    return [background, *objects]
+
+
 def _fraction(*parts: str) -> float:
     """A stable number in [0, 1) of ``parts``: a split that no change of the vocabulary moves."""
     digest = hashlib.sha256(":".join([str(SPLIT_SEED), *parts]).encode()).digest()

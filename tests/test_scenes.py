@@ -161,6 +161,28 @@ def test_the_grammar_round_trips(stream):
     assert parse_prompt("sun in openmoji style") == lang.ScenePrompt(("sun",), None, "openmoji")
 
 
+def test_symbols_say_exactly_what_a_prompt_or_description_names(stream):
+    names, colours = len(lang.NAMES), len(lang.PALETTE)
+    style = {word: names + colours + i for i, word in enumerate(lang.STYLE_WORDS)}
+    for scene in mixed_scenes(stream, 100):
+        prompt, description, (short,) = scenes.describe(scene)
+        background = (names + list(lang.PALETTE).index(scene.background),)
+        objects = [lang.NAMES.index(o.name) for o in scene.objects]
+        own = [(k, style[o.style]) for k, o in zip(objects, scene.objects, strict=True)]
+        shared = [(k,) if scene.style is None else (k, style[scene.style]) for k in objects]
+        assert lang.symbol_slots(prompt) == [background, *shared]
+        assert lang.symbol_slots(description) == [background, *own]  # a style after each name: its own
+        assert lang.symbol_slots(short) == [(), *[(k,) for k in objects]]  # no background: left open
+    assert lang.symbol_slots("A Red Apple & the rocket on BLUE noto") == [
+        (names + 6,),
+        (0, style["noto"]),
+        (1, style["noto"]),
+    ]  # a bare style word after the colour is the prompt's one style
+    assert lang.symbol_slots("cat on red noto") != lang.symbol_slots("cat on red")
+    with pytest.raises(PromptError, match="unknown emoji 'red aple'"):
+        lang.symbol_slots("red aple noto on blue")
+
+
 @pytest.mark.parametrize(
     ("prompt", "message"),
     [

@@ -164,6 +164,66 @@ def test_bad_prompts_are_clear_errors_through_the_engine(prompt, message):
     assert engine.check("cat and pizza on green", "ar", 0, None)[2] == []  # no word left unknown
 
 
+def test_symbol_conditions_are_exact_one_hot_slots_at_the_clip_features_scale():
+    from mulo.families.emoji import ScenePromptConditioner, SceneSymbolConditioner, scene_conditioner, scene_symbols
+    from mulo.models.text import MiniCLIP, WordTokenizer
+
+    table = language()
+    names, colours = len(table["names"]), len(table["palette"])
+    texts = ["cat and rocket on blue in noto style", "cat and rocket", "rocket noto, cat twemoji on blue"]
+    features = scene_symbols(texts, table, 17, 128)
+    assert features.shape == (3, 17, 128) and not features[:, 1 + table["max_objects"] :].any()
+    cat, rocket, blue = (
+        table["names"].index("cat"),
+        table["names"].index("rocket"),
+        names + list(table["palette"]).index("blue"),
+    )
+    noto = names + colours + table["styles"].index("noto")
+    assert torch.nonzero(features[0]).tolist() == [[0, blue], [1, cat], [1, noto], [2, rocket], [2, noto]]
+    assert not features[1, 0].any()  # no background named: the slot is left open, as the null condition's
+    assert torch.allclose(features[0, :3].norm(dim=-1), torch.full((3,), 128**0.5))  # the mini-CLIP slots' norm
+    assert torch.nonzero(features[2, 2]).flatten().tolist() == [cat, names + colours]  # its own style: twemoji
+    with pytest.raises(ValueError, match="do not fit conditions 64 wide"):
+        scene_symbols(texts, table, 17, 64)
+    with pytest.raises(ValueError, match="do not fit 3 condition slots"):
+        scene_symbols(texts, table, 3, 128)
+    # the family's conditioner follows scenes.json: symbols, else the mini-CLIP's features
+    words = train_scenes.language_words(recipes.RECIPES["scenes"].scenes)
+    clip = MiniCLIP(WordTokenizer.build(words, 16).vocab, max_len=16).eval()
+    symbols = scene_conditioner(clip, {**table, "condition": "symbols"}, 17)
+    assert isinstance(symbols, SceneSymbolConditioner)
+    assert type(scene_conditioner(clip, table, 17)) is ScenePromptConditioner
+    assert torch.equal(symbols("A cat & the rocket on BLUE noto"), features[0])  # read by the grammar first
+    with pytest.raises(lang.PromptError, match="unknown emoji 'red aple'"):
+        symbols("red aple on blue")
+
+
+def test_training_conditions_follow_the_recipe(tmp_path, cache):
+    from dataclasses import replace
+
+    from mulo.families.emoji import scene_symbols
+    from mulo.models.text import MiniCLIP, WordTokenizer
+    from mulo.train import pipeline
+    from mulo.train.stages.ar import key_prompt, scene_conditions
+    from mulo.train.stages.export import scene_language
+
+    words = train_scenes.language_words(recipes.RECIPES["scenes"].scenes)
+    clip = MiniCLIP(WordTokenizer.build(words, 16).vocab, max_len=16).eval()
+    texts = ["cat and rocket on blue in noto style", "rocket noto, cat twemoji on blue"]
+    wanted = {
+        "clip": clip.condition_features(clip.tokenizer.batch(texts)),
+        "symbols": scene_symbols(texts, scene_language(recipes.RECIPES["scenes"].scenes, "symbols"), 17, 128),
+    }
+    for condition, features in wanted.items():
+        recipe = replace(recipes.RECIPES["scenes"], scene_condition=condition)
+        pipe = pipeline.Pipeline(tmp_path / condition, tmp_path / "assets", recipe, recipe.smoke, cache=cache)
+        assert torch.equal(scene_conditions(pipe, clip, texts), features)
+        assert scene_language(recipe.scenes, condition)["condition"] == condition  # what the export writes
+    assert key_prompt("cat+red apple@blue") == "cat and red apple on blue"  # a held-out row's prompt
+    with pytest.raises(ValueError, match="scene_condition must be one of 'clip', 'symbols'"):
+        replace(recipes.RECIPES["scenes"], scene_condition="words")
+
+
 @pytest.mark.slow
 def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path, cache):
     from mulo import methods

@@ -9,7 +9,8 @@ Weights are fp16 safetensors, loaded as float32; nothing is downloaded.
 A scenes family (issue 63; its folder holds ``scenes.json``, its language, and
 ``referee_sprites.npz``, its referee) reads prompts through the scenes grammar (``mulo.scenes``):
 a prompt it cannot draw is an error naming the problem, and the models are conditioned on the
-prompt as the grammar writes it.
+prompt as the grammar writes it: its mini-CLIP features, or (``scenes.json``'s ``"condition":
+"symbols"``) its background, names and styles as one-hot slots (``scene_symbols``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,44 @@ class ScenePromptConditioner(PromptConditioner):
         return super().ignored(self.canonical(prompt))
 
 
+def scene_symbols(texts, language: dict, cond_len: int, width: int) -> torch.Tensor:
+    """``[len(texts), cond_len, width]``: each prompt or description of a scenes family as its
+    symbols (``mulo.scenes.symbol_slots``): slot k one-hot over the table of names, colours and
+    styles, at the norm of the mini-CLIP's conditions (sqrt(width)); unused slots stay zero, like
+    the null condition's."""
+    names, palette, styles = language["names"], language["palette"], language["styles"]
+    if len(names) + len(palette) + len(styles) > width:
+        raise ValueError(f"{len(names) + len(palette) + len(styles)} symbols do not fit conditions {width} wide")
+    if 1 + int(language["max_objects"]) > cond_len:
+        raise ValueError(f"{language['max_objects']} objects and a background do not fit {cond_len} condition slots")
+    features = torch.zeros(len(texts), cond_len, width)
+    for i, text in enumerate(texts):
+        slots = scene_language.symbol_slots(text, int(language["max_objects"]), names, palette, styles)
+        for k, indices in enumerate(slots):
+            if indices:
+                features[i, k, list(indices)] = (width / len(indices)) ** 0.5
+    return features
+
+
+class SceneSymbolConditioner(ScenePromptConditioner):
+    """A scenes family whose models read the prompt's symbols (``scene_symbols``), not its words'
+    mini-CLIP features: which emoji, colour and style, exactly."""
+
+    def __init__(self, clip: MiniCLIP, language: dict, cond_len: int):
+        super().__init__(clip, language)
+        self.language, self.cond_len = dict(language), cond_len
+
+    def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
+        return scene_symbols([self.canonical(prompt)], self.language, self.cond_len, self.clip.cond_dim)[0]
+
+
+def scene_conditioner(clip: MiniCLIP, language: dict, cond_len: int) -> ScenePromptConditioner:
+    """The conditioner ``language`` (a scenes family's ``scenes.json``) asks for."""
+    if language.get("condition", "clip") == "symbols":
+        return SceneSymbolConditioner(clip, language, cond_len)
+    return ScenePromptConditioner(clip, language)
+
+
 def load(name: str, device: str = "cpu") -> Family:
     """The registry's entry point (``mulo.families``): the shipped family ``name`` on ``device``."""
     return build(name).to(device)
@@ -149,11 +188,12 @@ def build(name: str, folder: str | Path | None = None) -> Family:
     aliases = json.loads((folder / "aliases.json").read_text()) if (folder / "aliases.json").exists() else {}
     styles = json.loads((folder / "styles.json").read_text()) if (folder / "styles.json").exists() else []
     language = json.loads((folder / "scenes.json").read_text()) if (folder / "scenes.json").exists() else None
+    target = _gpt(folder, "target")
     if language is not None:
-        conditioner, referee = ScenePromptConditioner(clip.eval(), language), folder / "referee_sprites.npz"
+        conditioner = scene_conditioner(clip.eval(), language, target.config.cond_len)
+        referee = folder / "referee_sprites.npz"
     else:
         conditioner, referee = PromptConditioner(clip.eval(), aliases), None
-    target = _gpt(folder, "target")
     head = None
     if (folder / "eagle_head.safetensors").exists():  # EAGLE-2's head, trained on this target
         head = EagleHead(target.config)

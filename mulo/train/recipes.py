@@ -210,6 +210,9 @@ class Hyper:
     eagle_lr: float = 1e-3
 
 
+SCENE_CONDITIONS = ("clip", "symbols")
+
+
 @dataclass(frozen=True)
 class Recipe:
     """One family's geometry and training plan."""
@@ -233,6 +236,15 @@ class Recipe:
     # ``VQModel`` arguments other than ``VQ_CONFIG``'s, or {"kind": "patches"}: a k-means codebook of
     # pixel squares instead (``mulo.models.patch_vq``; ``Hyper.patch_*``)
     vq_model: dict = field(default_factory=dict)
+    # How a scenes family's models read a prompt: "clip" (the mini-CLIP's word features) or
+    # "symbols" (its background, names and styles as one-hot slots, ``mulo.scenes.symbol_slots``)
+    scene_condition: str = "clip"
+
+    def __post_init__(self):
+        if self.scene_condition not in SCENE_CONDITIONS:
+            raise ValueError(
+                f"scene_condition must be one of {', '.join(map(repr, SCENE_CONDITIONS))}, not {self.scene_condition!r}"
+            )
 
     @property
     def sizes(self) -> tuple[int, int, int]:

@@ -5,7 +5,8 @@ only the target of a candidate recipe on the clip, VQ, held-out tokens and encod
 scenes of a finished run (linked, not copied; with ``--encode``, its clip and VQ only, and the
 recipe's own scenes encoded by them), so candidates that differ in the target alone
 (its position start, width, learning rate; ``--target neighbour_inputs=0``: the plain target that
-does not read the row above; ``--target rotary_2d=true``: attention turned by 2D cells) compare
+does not read the row above; ``--target rotary_2d=true``: attention turned by 2D cells;
+``--condition symbols``: the prompt read as symbols, not mini-CLIP features) compare
 on the same scenes in ~13 minutes each. The report (``RUN/report.json``'s ``target``) holds the
 held-out curve and, at the end, the held-out and training losses with the object tokens apart
 (``stages.ar.object_losses``).
@@ -29,7 +30,7 @@ from mulo.models.gpt import GPT, GPTConfig
 from mulo.runner import ModelRunner
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
-from mulo.train.stages.ar import stage_ar
+from mulo.train.stages.ar import scene_conditions, stage_ar
 
 SHARED = ("clip.pt", "clip_vocab.json", "vq.pt", "tokens.npz", "scenes")
 
@@ -58,8 +59,7 @@ def judge_samples(pipe, model, count: int, cfg: float, top_p: float, sprites: Pa
 
     stream = pipe.scene_stream
     shown = scenes.evaluation_scenes(pipe.recipe.scenes, stream.sheet, count)
-    clip = pipe.load_clip()
-    cond = clip.condition_features(clip.tokenizer.batch([s.prompt for s in shown])).float()
+    cond = scene_conditions(pipe, pipe.load_clip(), [s.prompt for s in shown]).float()
     model.eval()
     rows = [draw(model, cond[i], cfg, top_p, torch.Generator().manual_seed(i)) for i in range(count)]
     side = model.config.grid_hw[0]
@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--target", **field, help="a target size field, e.g. n_head=8")
     parser.add_argument("--scene", **field, help="a SceneConfig field (needs --encode), e.g. object_px=24")
     parser.add_argument("--zipar-share", type=float, default=None)
+    parser.add_argument("--condition", choices=("clip", "symbols"), help="how the target reads a prompt")
     parser.add_argument("--sample", type=int, default=0, help="then judge AR samples of this many evaluation prompts")
     parser.add_argument("--sprites", type=Path, help="the referee's sprites (a scenes export's referee_sprites.npz)")
     parser.add_argument("--cfg", type=float, default=3.0)
@@ -119,6 +120,8 @@ def main() -> None:
     if scene and not args.encode:
         parser.error("--scene changes the scenes: add --encode")
     recipe = replace(recipe, scenes=replace(recipe.scenes, **{k: typed(recipe.scenes, k, v) for k, v in scene.items()}))
+    if args.condition:
+        recipe = replace(recipe, scene_condition=args.condition)
     budget = replace(recipe.budget, ar_steps=args.steps, validate_every=100)
     if args.zipar_share is not None:
         budget = replace(budget, zipar_share=args.zipar_share)
@@ -139,6 +142,7 @@ def main() -> None:
         "scene": scene,
         "target": target,
         "zipar_share": budget.zipar_share,
+        "condition": recipe.scene_condition,
         "source": str(args.source),
     }
     report_path.write_text(json.dumps(report, indent=1))

@@ -22,7 +22,7 @@ import torch
 from mulo.engine import Engine
 from mulo.eval import family_eval
 from mulo.families.base import Family
-from mulo.families.emoji import PromptConditioner, ScenePromptConditioner
+from mulo.families.emoji import PromptConditioner, scene_conditioner
 from mulo.models.gpt import GPT
 from mulo.train import scenes
 from mulo.train.pipeline import Pipeline
@@ -51,7 +51,8 @@ def target_family(pipe: Pipeline) -> tuple[Family, object, int]:
     target = GPT(pipe.recipe.gpt_config("target", pipe.codes, clip.cond_dim))
     target.load_state_dict(weights)
     if pipe.recipe.scenes:  # prompts read by the scenes grammar, as the exported family reads them
-        conditioner = ScenePromptConditioner(clip.eval(), scene_language(pipe.recipe.scenes))
+        language = scene_language(pipe.recipe.scenes, pipe.recipe.scene_condition)
+        conditioner = scene_conditioner(clip.eval(), language, target.config.cond_len)
     else:
         conditioner = PromptConditioner(clip)
     vq = pipe.tokenizer()

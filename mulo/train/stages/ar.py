@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mulo import scenes as scene_language
 from mulo.methods.zipar import proxied_targets, training_inputs, training_mask
 from mulo.models.gpt import GPT
 from mulo.train import styles
@@ -259,10 +260,12 @@ def ar_data(pipe, side: int) -> SimpleNamespace:
     names = ("cond_name", "cond_text", "cond_short", "cond_name_style")
     conds = {k: torch.from_numpy(z[k].astype(np.float32)) for k in names if k in z.files}
     fresh = None
-    if pipe.recipe.scenes:  # training batches: fresh scenes, conditioned by the mini-CLIP as they come
+    if pipe.recipe.scenes:  # training batches: fresh scenes, conditioned as they come
         from mulo.train.stages.scene_tokens import SceneTokens
 
         fresh = SimpleNamespace(scenes=SceneTokens(pipe), clip=pipe.load_clip(), px=side * pipe.recipe.patch)
+        if pipe.recipe.scene_condition == "symbols":  # the stored rows (held out) by their keys' prompts
+            conds = {"cond_name": scene_conditions(pipe, fresh.clip, [key_prompt(k) for k in keys]).cpu()}
     return SimpleNamespace(
         fresh=fresh,
         tokens=torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(source), -1),
@@ -314,12 +317,30 @@ def fresh_batch(pipe, fresh: SimpleNamespace, rng: np.random.Generator, batch: i
     kinds = rng.choice(list(mix), size=batch, p=list(mix.values()))
     column = {"name": "name", "name_style": "name", "short": "short", "description": "description"}
     texts = [str(rows[column[kind]][i]) for i, kind in enumerate(kinds)]
-    clip = fresh.clip
-    cond = clip.condition_features(clip.tokenizer.batch(texts).to(pipe.device))
+    cond = scene_conditions(pipe, fresh.clip, texts)
     drop = torch.from_numpy(rng.random(batch) < CFG_DROPOUT)[:, None, None].to(cond.device)
     cond = cond.masked_fill(drop, 0.0)
     tokens = torch.from_numpy(rows[f"tokens{fresh.px}"].astype(np.int64)).reshape(batch, -1)
     return tokens.to(pipe.device), cond.float()
+
+
+def scene_conditions(pipe, clip, texts) -> torch.Tensor:
+    """``[len(texts), T, C]``: scenes prompts or descriptions as the recipe's models read them (the
+    mini-CLIP's word features, or the prompt's symbols: ``mulo.families.emoji.scene_symbols``)."""
+    if pipe.recipe.scene_condition == "symbols":
+        from mulo.families.emoji import scene_symbols
+        from mulo.train.stages.export import scene_language
+
+        language = scene_language(pipe.recipe.scenes, "symbols")
+        return scene_symbols(texts, language, clip.cond_len, clip.cond_dim).to(pipe.device)
+    return clip.condition_features(clip.tokenizer.batch(texts).to(pipe.device))
+
+
+def key_prompt(key: str) -> str:
+    """The prompt of a scene's key ("cat+rocket@blue", ``mulo.train.scenes.Scene.key``): its emoji
+    and background, no style."""
+    names, background = key.split("@")
+    return scene_language.format_prompt(names.split("+"), background)
 
 
 def held_out(pipe, data: SimpleNamespace) -> dict[str, np.ndarray]:

@@ -64,13 +64,15 @@ def export_scenes(pipe) -> None:
     from mulo.train import scenes
 
     config = pipe.recipe.scenes
-    (pipe.assets / "scenes.json").write_text(json.dumps(scene_language(config), indent=1))
+    language = scene_language(config, pipe.recipe.scene_condition)
+    (pipe.assets / "scenes.json").write_text(json.dumps(language, indent=1))
     scenes.write_sprite_file(pipe.assets / "referee_sprites.npz", pipe.cache, config)
 
 
-def scene_language(config) -> dict:
+def scene_language(config, condition: str = "clip") -> dict:
     """What a scenes family's loader reads prompts with (``scenes.json``): the vocabulary, palette,
-    object count and styles of ``config`` (a ``SceneConfig``), and its geometry."""
+    object count and styles of ``config`` (a ``SceneConfig``), its geometry, and how its models
+    read a prompt (``condition``: the recipe's ``scene_condition``)."""
     from mulo.scenes import PALETTE
 
     return {
@@ -81,6 +83,7 @@ def scene_language(config) -> dict:
         "object_px": config.object_px,
         "canvas": config.canvas,
         "placement": config.placement,
+        "condition": condition,
     }
 
 
