@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +29,10 @@ import torch
 from mulo.eval.referee import MAX_RMSE, Referee
 from mulo.sampling import logits_to_probs
 from mulo.train import scenes
-from mulo.train.pipeline import Pipeline
-from mulo.train.recipes import RECIPES
-from mulo.train.stages.ar import ar_data, background_mask, held_out
+from mulo.train.stages.ar import background_mask
 
 sys.path.insert(0, str(Path(__file__).parent))  # a sibling script, not a package
-from scenes_misses import load_target  # noqa: E402
+from scenes_misses import held_out_scenes  # noqa: E402
 
 
 def object_boxes(tokens: torch.Tensor, side: int) -> list[tuple[int, int, int, int]]:
@@ -96,18 +93,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--given", default="0,1,4", help="box rows given before sampling, per variant")
     args = parser.parse_args()
-    recipe = RECIPES[args.recipe]
-    if args.condition:
-        recipe = replace(recipe, scene_condition=args.condition)
-    pipe = Pipeline(args.run, args.run / "assets", recipe, recipe.budget)  # reads the run, writes nothing
-    side = recipe.grid("target")
-    data = ar_data(pipe, side)
-    index = held_out(pipe, data)["val"][: args.scenes]
-    tokens = torch.as_tensor(data.tokens[index]).long()
-    cond = torch.as_tensor(getattr(data, "cond_name_style", data.cond_name)[index]).float()
-    model = load_target(pipe, data, args.weights or args.run / "target.best")
+    pipe, model, tokens, cond = held_out_scenes(args.run, args.recipe, args.condition, args.scenes, args.weights)
+    side = pipe.recipe.grid("target")
     vq = pipe.tokenizer()
-    config = recipe.scenes
+    config = pipe.recipe.scenes
     referee = Referee(scenes.sprites(pipe.cache, config.object_px, config.canvas).subset(config.names))
     rng = np.random.default_rng(args.seed)
     boxes = []

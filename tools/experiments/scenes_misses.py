@@ -22,6 +22,7 @@ On held-out scenes (the run's validation split; the background = a scene's most 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -123,21 +124,31 @@ def strays(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, guid
     return out
 
 
+def held_out_scenes(run: Path, recipe: str, condition: str | None, count: int, weights: Path | None):
+    """(pipeline, target, tokens ``[N, L]``, conditions) of the first ``count`` held-out scenes of a
+    scenes ``run`` (read, nothing written), the target loaded from ``weights`` (default RUN/target.best)
+    and read with ``condition`` (default: the recipe's)."""
+    chosen = RECIPES[recipe]
+    if condition:
+        chosen = replace(chosen, scene_condition=condition)
+    pipe = Pipeline(run, run / "assets", chosen, chosen.budget)
+    data = ar_data(pipe, chosen.grid("target"))
+    index = held_out(pipe, data)["val"][:count]
+    tokens = torch.as_tensor(data.tokens[index]).long()
+    cond = torch.as_tensor(getattr(data, "cond_name_style", data.cond_name)[index]).float()
+    return pipe, load_target(pipe, data, weights or run / "target.best"), tokens, cond
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a scenes run folder past its tokens stage")
     parser.add_argument("--weights", type=Path, help="a state dict or checkpoint (default RUN/target.best)")
     parser.add_argument("--recipe", default="scenes")
     parser.add_argument("--scenes", type=int, default=96, help="held-out scenes read")
+    parser.add_argument("--condition", choices=("clip", "symbols"), help="how the target reads a prompt")
     args = parser.parse_args()
-    recipe = RECIPES[args.recipe]
-    pipe = Pipeline(args.run, args.run / "assets", recipe, recipe.budget)  # reads the run, writes nothing
-    side = recipe.grid("target")
-    data = ar_data(pipe, side)
-    index = held_out(pipe, data)["val"][: args.scenes]
-    tokens = torch.as_tensor(data.tokens[index]).long()
-    cond = torch.as_tensor(getattr(data, "cond_name_style", data.cond_name)[index]).float()
-    model = load_target(pipe, data, args.weights or args.run / "target.best")
+    pipe, model, tokens, cond = held_out_scenes(args.run, args.recipe, args.condition, args.scenes, args.weights)
+    side = pipe.recipe.grid("target")
     for name, (count, top1, nats) in by_surroundings(model, tokens, cond, side).items():
         print(f"{name:32s} {count:6d} tokens  top-1 {top1:.3f}  {nats:.3f} nats")
     print("robustness", robustness(model, tokens, cond, side))
