@@ -54,6 +54,32 @@ def test_condition_slots_turn_by_nothing():
     assert torch.equal(cos[0, T - 1], torch.ones(D // 2))  # it predicts cell (0, 0)
 
 
+def test_still_pairs_meet_a_condition_key_alike_from_every_cell():
+    """``rotary_still``: the unturned share of each axis's pairs scores a condition key by content
+    alone, the same from every cell, while the turning pairs still keep offsets."""
+    D8 = 16  # 4 pairs an axis: half turn, half stay
+    tables = rotary_2d_tables(T, H, W, D8, still=0.5)
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 1, 1, D8, generator=g), torch.randn(1, 1, 1, D8, generator=g)
+    still = torch.zeros(D8, dtype=torch.bool).unflatten(0, (2, 4, 2))
+    still[:, 2:] = True  # pairs 2, 3 of the row half and of the column half
+    still = still.flatten()
+    qs, ks = q * still, k * still
+
+    def condition_score(q, k, cell):
+        query_slot = T - 1 + cell[0] * W + cell[1]
+        return float((rotate(q, tables[0, [query_slot]]) * rotate(k, tables[1, [0]])).sum())
+
+    cells = [(r, c) for r in range(H) for c in range(W)]
+    alike = [condition_score(qs, ks, cell) for cell in cells]
+    assert max(alike) - min(alike) < 1e-5 and abs(alike[0]) > 1e-3
+    turned = [condition_score(q * ~still, k * ~still, cell) for cell in cells]
+    assert max(turned) - min(turned) > 1e-2
+    assert torch.equal(rotary_2d_tables(T, H, W, D8, still=0.0), rotary_2d_tables(T, H, W, D8))
+    with pytest.raises(ValueError, match="rotary_still"):
+        GPTConfig(rotary_still=1.0)
+
+
 def test_the_config_round_trips_and_the_turns_are_in_no_state_dict():
     model = tiny_gpt(1, 16, 4, rotary_2d=True)
     assert not any("rotary" in name for name in model.state_dict())  # derived from the config

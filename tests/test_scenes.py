@@ -223,7 +223,7 @@ def test_seeds_and_indices_give_different_layouts(sheet, stream):
     assert stream.scene(7) == scenes.SceneStream(stream.config, sheet, seed=0).scene(7)  # a scene is its index
 
 
-@pytest.mark.parametrize("placement", ["free", "slots", "tiles"])
+@pytest.mark.parametrize("placement", ["free", "slots", "tiles", "columns"])
 def test_objects_never_overlap_and_scales_agree(sheet, placement):
     config = scenes.SceneConfig(placement=placement, vocabulary=48)
     stream = scenes.SceneStream(config, sheet, seed=3)
@@ -240,13 +240,31 @@ def test_objects_never_overlap_and_scales_agree(sheet, placement):
     assert len(corners) == {"slots": 9, "tiles": 16}.get(placement, len(corners)) and len(corners) >= 9
     if placement == "tiles":  # each object inside one 32 px tile, never next to another (diagonals too)
         assert all(x % 32 == 0 and y % 32 == 0 for x, y in corners)
-    if placement == "free":
-        assert len(corners) >= 150
+    if placement in ("free", "columns"):  # columns: every 8 px up and down, fewer across at 2 or 3 objects
+        assert len(corners) >= (150 if placement == "free" else 120)
     images = stream.render(stream.scene(0))
     big = images[128].astype(float)
     for px in (64, 32):
         f = 128 // px
         assert np.abs(big.reshape(px, f, px, f, 3).mean((1, 3)) - images[px]).max() <= 1
+
+
+def test_columns_put_the_prompts_objects_left_to_right(sheet):
+    """ "columns": the prompt's k-th object lies in the k-th of n equal columns, anywhere up or down,
+    so the prompt reads left to right and the layouts still vary."""
+    stream = scenes.SceneStream(scenes.SceneConfig(placement="columns"), sheet, seed=5)
+    heights = {1: set(), 2: set(), 3: set()}
+    for scene in stream.scenes(0, 300) + stream.scenes(0, 60, scenes.HELD_OUT):
+        n = len(scene.objects)
+        assert scene.prompt.startswith(scene.objects[0].name)  # the grammar names them in this order
+        for k, o in enumerate(scene.objects):
+            assert k * 128 / n <= o.x and o.x + 32 <= (k + 1) * 128 / n, (scene, k)
+            heights[n].add(o.y)
+    assert all(len(ys) == 13 for ys in heights.values())  # every 8 px row, at every count
+    seeds = [scenes.SceneStream(stream.config, sheet, seed=s).scene(0) for s in range(5)]
+    assert len({tuple((o.x, o.y) for o in s.objects) for s in seeds}) == 5
+    with pytest.raises(ValueError, match="too narrow"):
+        scenes.SceneConfig(placement="columns", object_px=48, max_objects=3)
 
 
 def test_the_data_object_is_what_the_pipeline_reads(stream):

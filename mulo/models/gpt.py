@@ -74,18 +74,21 @@ def embed_inputs(tok_embeddings: nn.Embedding, neighbour_embeddings, tokens, nei
 ROPE_BASE = 100.0
 
 
-def rotary_2d_tables(cond_len: int, height: int, width: int, head_dim: int) -> torch.Tensor:
+def rotary_2d_tables(cond_len: int, height: int, width: int, head_dim: int, still: float = 0.0) -> torch.Tensor:
     """cos and sin ``[2, cond_len + height * width - 1, head_dim // 2, 2]`` of a 2D rotary position
     (``GPTConfig.rotary_2d``): row 0 rotates each slot's queries by the cell the slot predicts, row 1
     its keys by the cell of the token it is fed, so a score depends on (predicted cell) - (fed
     cell): the query predicting (r, c) meets the token above it, (r - 1, c), at offset (1, 0) on
     every row, with no wrap at a row's end. Half of each head's pairs turn with the row, half with
     the column; condition slots turn by nothing (a condition key has no cell; the last condition
-    slot predicts cell (0, 0))."""
+    slot predicts cell (0, 0)). ``still``: the share of each axis's pairs left unturned, after the
+    turning ones, whose frequencies still span 1 to 1/100 (``GPTConfig.rotary_still``)."""
     if head_dim % 4:
         raise ValueError(f"a 2D rotary needs a head dim divisible by 4 (got {head_dim})")
     quarter = head_dim // 4
-    freqs = ROPE_BASE ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
+    turning = quarter - round(quarter * still)
+    freqs = torch.zeros(quarter, dtype=torch.float64)
+    freqs[:turning] = ROPE_BASE ** (-torch.arange(turning, dtype=torch.float64) / max(turning, 1))
     cells = torch.arange(height * width)
     rows, cols = (cells // width).double(), (cells % width).double()
     angles = torch.cat([rows[:, None] * freqs, cols[:, None] * freqs], dim=1)  # [L, head_dim // 2]
@@ -140,6 +143,11 @@ class GPTConfig:
     # use a 2D rotary), so "the token k rows up" is one relation on every slot, not one to learn per
     # slot through the absolute embedding. False: Tar and the first families.
     rotary_2d: bool = False
+    # The share of each head's channel pairs the 2D rotary leaves unturned (0: all turn). A condition
+    # key has no cell, so a turned query meets it with a score that changes from cell to cell: at
+    # ROPE_BASE = 100 every pair but the slowest two or three turns by over a radian across a side of
+    # 32, which leaves a small target few channels to find its prompt's words by content with.
+    rotary_still: float = 0.0
 
     @classmethod
     def preset(cls, name: str, **overrides) -> GPTConfig:
@@ -166,6 +174,8 @@ class GPTConfig:
             raise ValueError(f"grid {h}x{w} does not hold max_seq_len={self.max_seq_len} tokens")
         if self.neighbour_inputs not in NEIGHBOUR_INPUTS:
             raise ValueError(f"neighbour_inputs must be one of {NEIGHBOUR_INPUTS} (got {self.neighbour_inputs!r})")
+        if not 0.0 <= self.rotary_still < 1.0:
+            raise ValueError(f"rotary_still must be in [0, 1) (got {self.rotary_still!r})")
         if self.rotary_2d and self.head_dim % 4:
             raise ValueError(f"rotary_2d needs a head dim divisible by 4 (dim {self.dim} / {self.n_head} heads)")
 
@@ -335,7 +345,9 @@ class GPT(nn.Module):
             self.neighbour_embeddings = nn.ModuleList(tables)
         self.abs_pe = nn.Parameter(torch.zeros(1, config.n_positions, config.dim))
         # the 2D rotary's turns by slot: derived from the config, so in no state dict
-        tables = rotary_2d_tables(config.cond_len, *config.grid_hw, config.head_dim) if config.rotary_2d else None
+        tables = None
+        if config.rotary_2d:
+            tables = rotary_2d_tables(config.cond_len, *config.grid_hw, config.head_dim, config.rotary_still)
         self.register_buffer("rotary", tables, persistent=False)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)

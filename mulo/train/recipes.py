@@ -503,7 +503,13 @@ RECIPES["scenes"] = Recipe(
     defaults={**DEFAULTS, "cfg": 1.0, "top_p": 1.0, "rows_per_block": 16, "drafting": "zipar", "island_window": 8},
     target=SCENES_TARGET,
     draft_model=SCENES_DRAFT_MODEL,
-    scenes=SceneConfig(),
+    # The prompt's objects left to right, one a column (``SceneConfig.placement``): the free places
+    # of steps 0-6,500 left a target that could not count what it had drawn (off the background at
+    # 0.36 % a token once every object had begun, against 0.52 % before) and drew 3-5 objects, some
+    # unnamed, for 1-3 named; 450 steps on columns from there: 0.13 % after against 0.41 %, and the
+    # prompt saved 0.53 nats at an object's start tokens, was 0.30
+    # (docs/notebook/session-2026-11-30-columns.md).
+    scenes=SceneConfig(placement="columns"),
     # A codebook of 4 px pixel squares, not a VQModel: the best conv VQ trained here (tiled, spatial
     # decoder, 3,000 steps, 65 CPU-minutes) drew the objects at 17.5 dB and kept the referee at 0.59,
     # flattening, where k-means of the squares takes a minute (benchmarks/scenes-vq-study.json).

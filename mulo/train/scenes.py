@@ -48,7 +48,7 @@ TRAIN, HELD_OUT = "train", "held_out"
 SUPERSAMPLE = 4  # sprites are rendered this many times larger, then box-filtered
 
 
-PLACEMENTS = ("free", "slots", "tiles")
+PLACEMENTS = ("free", "slots", "tiles", "columns")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,12 @@ class SceneConfig:
     object_px: int = 32  # <= 8 x 8 tokens of 4 px
     # "free": any multiple of ``step``; "slots": a coarse grid of cells ``gap`` apart; "tiles": the
     # grid of ``object_px`` squares, so an object never straddles two tiles of a VQ that reads
-    # ``object_px`` tiles (``gap`` then keeps two objects a cell apart, diagonals included)
+    # ``object_px`` tiles (``gap`` then keeps two objects a cell apart, diagonals included);
+    # "columns": n objects split the canvas into n equal columns and the prompt's k-th object lies
+    # in the k-th from the left, anywhere up or down it (``step`` px apart), so "red apple and
+    # rocket" puts the apple on the left. Why: with "free" places a raster-order target must count
+    # the objects it has drawn and tell which named ones are left; here each column holds exactly one,
+    # the one its slot of the prompt names (docs/notebook/session-2026-11-30-columns.md).
     placement: str = "free"
     step: int = 8  # px between free positions (a multiple of canvas / smallest scale keeps the scales aligned)
     gap: int = 8  # px at least between two objects' squares (and, for slots, from the edge)
@@ -84,6 +89,10 @@ class SceneConfig:
             raise ValueError(f"scales {self.scales} must divide the canvas {self.canvas}")
         if len(self.positions()) < self.max_objects:
             raise ValueError(f"{self.max_objects} objects of {self.object_px} px do not fit this placement")
+        if self.placement == "columns" and not all(
+            self.column_positions(self.max_objects, k) for k in range(self.max_objects)
+        ):
+            raise ValueError(f"{self.max_objects} columns are too narrow for objects of {self.object_px} px")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -91,7 +100,7 @@ class SceneConfig:
 
     def positions(self) -> list[tuple[int, int]]:
         """Every top-left corner an object may take."""
-        if self.placement == "free":
+        if self.placement in ("free", "columns"):
             axis = range(0, self.canvas - self.object_px + 1, self.step)
         elif self.placement == "tiles":
             axis = range(0, self.canvas - self.object_px + 1, self.object_px)
@@ -101,6 +110,12 @@ class SceneConfig:
             margin = (self.canvas - count * pitch + self.gap) // 2
             axis = range(margin, margin + count * pitch, pitch)
         return [(x, y) for y in axis for x in axis]
+
+    def column_positions(self, count: int, column: int) -> list[tuple[int, int]]:
+        """The top-left corners of ``positions`` (the free grid) whose square lies inside column
+        ``column`` of ``count`` equal columns ("columns" placement)."""
+        left, right = column * self.canvas / count, (column + 1) * self.canvas / count
+        return [(x, y) for x, y in self.positions() if left <= x and x + self.object_px <= right]
 
 
 @dataclass(frozen=True)
@@ -277,11 +292,27 @@ class SceneStream:
         return Scene(background, objects, style, split)
 
     def place(self, rng: np.random.Generator, count: int) -> list[tuple[int, int]]:
-        """``count`` top-left corners whose squares keep ``gap`` px apart, drawn at random."""
+        """``count`` top-left corners whose squares keep ``gap`` px apart, drawn at random (for
+        "columns", the k-th in the k-th column from the left)."""
         cfg = self.config
         reach = cfg.object_px + cfg.gap
+        if cfg.placement == "columns":
+            columns = [cfg.column_positions(count, k) for k in range(count)]
+            for _ in range(1000):
+                picked = []
+                for positions in columns:
+                    free = [
+                        (x, y)
+                        for x, y in positions
+                        if all(abs(x - u) >= reach or abs(y - v) >= reach for u, v in picked)
+                    ]
+                    if not free:
+                        break
+                    picked.append(free[int(rng.integers(len(free)))])
+                if len(picked) == count:
+                    return picked
         positions = cfg.positions()
-        for _ in range(1000):
+        for _ in range(0 if cfg.placement == "columns" else 1000):
             picked = []
             for i in rng.permutation(len(positions)):
                 x, y = positions[i]

@@ -29,35 +29,9 @@ import torch
 from mulo.eval.referee import MAX_RMSE, Referee
 from mulo.sampling import logits_to_probs
 from mulo.train import scenes
-from mulo.train.stages.ar import background_mask
 
 sys.path.insert(0, str(Path(__file__).parent))  # a sibling script, not a package
-from scenes_misses import held_out_scenes  # noqa: E402
-
-
-def object_boxes(tokens: torch.Tensor, side: int) -> list[tuple[int, int, int, int]]:
-    """(row0, row1, col0, col1) inclusive of each 8-connected piece of non-background tokens."""
-    obj = (~background_mask(tokens[None]))[0].reshape(side, side).numpy()
-    seen = np.zeros_like(obj)
-    boxes = []
-    for r, c in zip(*np.nonzero(obj), strict=True):
-        if seen[r, c]:
-            continue
-        stack, cells = [(r, c)], []
-        seen[r, c] = True
-        while stack:
-            y, x = stack.pop()
-            cells.append((y, x))
-            for dy in (-1, 0, 1):
-                for dx in (-1, 0, 1):
-                    v, u = y + dy, x + dx
-                    if 0 <= v < side and 0 <= u < side and obj[v, u] and not seen[v, u]:
-                        seen[v, u] = True
-                        stack.append((v, u))
-        ys, xs = zip(*cells, strict=True)
-        if len(cells) >= 8:  # a piece of an object, not a stray
-            boxes.append((min(ys), max(ys), min(xs), max(xs)))
-    return boxes
+from scenes_misses import held_out_scenes, object_boxes  # noqa: E402
 
 
 def complete(model, tokens, cond, sampled: torch.Tensor, temperature: float, top_p: float, generator) -> torch.Tensor:

@@ -14,6 +14,11 @@ On held-out scenes (the run's validation split; the background = a scene's most 
 - reach: at one object token per scene (row 6 or below, under an object token), top-1 when every
   row more than k rows above it is wiped to the background: a target that reads only the last
   rows keeps its accuracy at small k;
+- counting: the probability mass off the background at background tokens with no object beside
+  them, per token, before the scene's last object begins (in raster order) and after it, in the rows
+  where another object could still begin, and at each object's first token (with the nats of the
+  true token there given that an object begins: which one, the prompt's part). A target that
+  counts what it has drawn puts almost nothing there once every object has begun;
 - strays: under classifier-free guidance g, the probability mass a sampler puts on anything but
   the true background at background tokens with no object beside them, summed over an image: the
   pieces a free-running sample starts where nothing belongs (guidance multiplies it).
@@ -124,6 +129,65 @@ def strays(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, guid
     return out
 
 
+def object_boxes(tokens: torch.Tensor, side: int) -> list[tuple[int, int, int, int]]:
+    """(row0, row1, col0, col1) inclusive of each 8-connected piece of non-background tokens."""
+    obj = (~background_mask(tokens[None]))[0].reshape(side, side).numpy()
+    seen = np.zeros_like(obj)
+    boxes = []
+    for r, c in zip(*np.nonzero(obj), strict=True):
+        if seen[r, c]:
+            continue
+        stack, cells = [(r, c)], []
+        seen[r, c] = True
+        while stack:
+            y, x = stack.pop()
+            cells.append((y, x))
+            for dy in (-1, 0, 1):
+                for dx in (-1, 0, 1):
+                    v, u = y + dy, x + dx
+                    if 0 <= v < side and 0 <= u < side and obj[v, u] and not seen[v, u]:
+                        seen[v, u] = True
+                        stack.append((v, u))
+        ys, xs = zip(*cells, strict=True)
+        if len(cells) >= 8:  # a piece of an object, not a stray
+            boxes.append((min(ys), max(ys), min(xs), max(xs)))
+    return boxes
+
+
+def counting(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, object_rows: int = 8) -> dict:
+    obj = ~background_mask(tokens).reshape(-1, side, side)
+    near = obj.clone()
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            near |= torch.roll(obj, (dy, dx), (1, 2))
+    far = (~near).reshape(len(tokens), -1)
+    with torch.no_grad():
+        logits = model(tokens[:, :-1], cond, view=tokens[:, :-1]).float()
+    background = torch.mode(tokens, dim=1).values
+    index = background[:, None, None].expand(-1, logits.shape[1], 1)
+    off = 1 - logits.softmax(-1).gather(-1, index)[..., 0]  # mass off the scene's background token
+    cells = torch.arange(side * side)
+    before, after, firsts, which = [], [], [], []
+    for i in range(len(tokens)):
+        starts = []
+        for r0, _, c0, c1 in object_boxes(tokens[i], side):
+            first = int(obj[i, r0, c0 : c1 + 1].nonzero()[0])
+            starts.append(r0 * side + c0 + first)
+        last = max(starts, default=0)
+        firsts += [float(off[i, s]) for s in starts]
+        # which object token, given that one begins: -log p(true token) / p(off the background)
+        which += [float(logits[i, s].log_softmax(-1)[tokens[i, s]] - off[i, s].log()) for s in starts]
+        before.append(off[i][far[i] & (cells < last)])
+        after.append(off[i][far[i] & (cells > last) & (cells < (side - object_rows + 1) * side)])
+    before, after = torch.cat(before), torch.cat(after)
+    return {
+        "before the last object begins": round(float(before.mean()), 4),
+        "after it, where one could still begin": round(float(after.mean()), 4),
+        "at each object's first token": round(float(np.mean(firsts)), 4),
+        "nats of its token, given one begins": round(-float(np.mean(which)), 3),
+    }
+
+
 def held_out_scenes(run: Path, recipe: str, condition: str | None, count: int, weights: Path | None):
     """(pipeline, target, tokens ``[N, L]``, conditions) of the first ``count`` held-out scenes of a
     scenes ``run`` (read, nothing written), the target loaded from ``weights`` (default RUN/target.best)
@@ -153,6 +217,8 @@ def main() -> None:
         print(f"{name:32s} {count:6d} tokens  top-1 {top1:.3f}  {nats:.3f} nats")
     print("robustness", robustness(model, tokens, cond, side))
     print("reach", reach(model, tokens, cond, side))
+    print("counting: mass off the background a token", counting(model, tokens, cond, side))
+    print("counting, null condition", counting(model, tokens, model.null_condition(cond), side))
     print("strays a sample starts per image", strays(model, tokens, cond, side))
 
 

@@ -132,18 +132,26 @@ def data_fields(report: dict, geometry: dict) -> dict:
     return {"data_text": data_text, "licence_text": licence_text, "images": f"{n_images:,}"}
 
 
+# How the card says where a scenes family puts its objects (``SceneConfig.placement``).
+PLACED = {
+    "free": "anywhere, every 8 px",
+    "columns": "n objects in n equal columns, the prompt's first on the left, each anywhere up or down its own",
+}
+
+
 def scenes_data_fields(report: dict, geometry: dict, sizes_text: str) -> dict:
     """The data and licence paragraphs of a scenes family: the composed scenes and the five styles
     their sprites are drawn from."""
     scenes, data = geometry["scenes"], report.get("data", {})
     styled, licence = styled_data_text(scenes["styles"], {}, sizes_text)
     table = styled[styled.index("| word |") :]
+    placed = PLACED.get(scenes["placement"], f"{scenes['placement']} placement")
     text = (
         f"Scenes composed on the fly (`mulo/train/scenes.py`): a {geometry['px']} px canvas of one of "
         f"{len(scenes['backgrounds'])} background colours with {scenes['min_objects']} to {scenes['max_objects']} "
         f"different emoji of {scenes['object_px']} px from a vocabulary of {scenes['vocabulary']} "
         f"(`mulo/scenes.py`), each in any of the styles below, placed without overlap "
-        f"({scenes['placement']} placement), rendered by resvg at 4x and reduced; the prompt names them and "
+        f"({placed}), rendered by resvg at 4x and reduced; the prompt names them and "
         f'the background ("red apple and rocket on blue"). The clip and VQ stages hold {data.get("images", 0):,} '
         f"training scenes; the AR, up-sampler and EAGLE stages read fresh ones, "
         f"{data.get('fresh_training_scenes', 0):,} at the budget, each once; "
