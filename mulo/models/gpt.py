@@ -145,7 +145,7 @@ class GPTConfig:
     rotary_2d: bool = False
     # The share of each head's channel pairs the 2D rotary leaves unturned (0: all turn). A condition
     # key has no cell, so a turned query meets it with a score that changes from cell to cell: at
-    # ROPE_BASE = 100 every pair but the slowest two or three turns by over a radian across a side of
+    # ROPE_BASE = 100 all but the slowest 4 of 16 pairs an axis turn by over a radian across a side of
     # 32, which leaves a small target few channels to find its prompt's words by content with.
     rotary_still: float = 0.0
 

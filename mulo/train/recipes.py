@@ -505,8 +505,8 @@ RECIPES["scenes"] = Recipe(
     draft_model=SCENES_DRAFT_MODEL,
     # The prompt's objects left to right, one a column (``SceneConfig.placement``): the free places
     # of steps 0-6,500 left a target that could not count what it had drawn (off the background at
-    # 0.36 % a token once every object had begun, against 0.52 % before) and drew 3-5 objects, some
-    # unnamed, for 1-3 named; 450 steps on columns from there: 0.13 % after against 0.41 %, and the
+    # 0.36 % a token once every object had begun, against 0.52 % before) and drew more objects than
+    # named, some unnamed; 450 steps on columns from there: 0.13 % after against 0.41 %, and the
     # prompt saved 0.53 nats at an object's start tokens, was 0.30
     # (docs/notebook/session-2026-11-30-columns.md).
     scenes=SceneConfig(placement="columns"),
