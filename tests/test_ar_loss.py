@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mulo.train.stages.ar import background_sample, weighted_loss
+from mulo.train.stages.ar import background_sample, open_cells, weighted_loss
 from tests.helpers import tiny_gpt
 
 VOCAB, SIDE = 11, 4
@@ -140,3 +140,25 @@ def test_noisy_inputs_replace_a_share_with_codes_or_with_tokens_of_the_same_scen
     assert torch.equal(noisy_inputs(tokens, 0.0, "scene", VOCAB, np.random.default_rng(0)), tokens)
     with pytest.raises(ValueError, match="input noise kind"):
         noisy_inputs(tokens, 0.1, "pixels", VOCAB, np.random.default_rng(0))
+
+
+def test_open_cells_are_where_no_object_lies_within_reach_before_them():
+    """``open_cells``: the cells where the next token begins an object or stays background. Crafted:
+    one 2x2 object at rows 3-4, columns 3-4 of an 8x8 scene, reach 2 (the rows above reach one row
+    back, the row itself one cell back)."""
+    scene = torch.zeros(8, 8, dtype=torch.long)
+    scene[3:5, 3:5] = 7
+    opened = open_cells(scene.reshape(1, -1), 8, 2).reshape(8, 8)
+    covered = {(3, 4), (3, 5), (4, 2), (4, 3), (4, 4), (4, 5), (5, 2), (5, 3), (5, 4), (5, 5)}
+    assert {(r, c) for r in range(8) for c in range(8) if not opened[r, c]} == covered
+    assert opened[3, 3]  # the object's first token: where it began, decided by the prompt
+    # it reads the prefix only: whatever comes at and after a cell, its openness stays (a weight by
+    # context, so the weighted loss is least at the data's conditionals)
+    g = torch.Generator().manual_seed(0)
+    scenes = torch.zeros(16, 16 * 16, dtype=torch.long)
+    scenes[torch.rand(scenes.shape, generator=g) < 0.06] = 3
+    before = open_cells(scenes, 16, 4)
+    for cell in (0, 40, 77, 200, 255):
+        changed = scenes.clone()
+        changed[:, cell:] = torch.where(torch.rand(changed[:, cell:].shape, generator=g) < 0.1, 5, changed[:, cell:])
+        assert torch.equal(open_cells(changed, 16, 4)[:, : cell + 1], before[:, : cell + 1]), cell

@@ -13,7 +13,7 @@ import torch
 
 from mulo.engine import Engine
 from mulo.families import toy
-from mulo.models.gpt import GPT, GPTConfig, rotary_2d_tables, rotate
+from mulo.models.gpt import GPT, GPTConfig, placed_column_centres, placed_slot, rotary_2d_tables, rotate
 from tests.helpers import tiny_gpt
 
 T, H, W, D = 2, 4, 5, 8  # condition slots, grid, head dim
@@ -78,6 +78,38 @@ def test_still_pairs_meet_a_condition_key_alike_from_every_cell():
     assert torch.equal(rotary_2d_tables(T, H, W, D8, still=0.0), rotary_2d_tables(T, H, W, D8))
     with pytest.raises(ValueError, match="rotary_still"):
         GPTConfig(rotary_still=1.0)
+
+
+def test_placed_object_keys_meet_their_own_column_s_queries_at_no_column_offset():
+    """``condition_columns``: the k-th of n objects' key turns (column pairs only) by the centre of
+    the k-th of n equal columns, so a query's column score peaks at the object of its column."""
+    cond_len, side, dim = 8, 12, 16
+    tables = rotary_2d_tables(cond_len, side, side, dim, columns=3)
+    assert placed_column_centres(3, side) == {1: 5.5, 2: 2.5, 3: 8.5, 4: 1.5, 5: 5.5, 6: 9.5}
+    assert [placed_slot(n, k) for n in (1, 2, 3) for k in range(n)] == [1, 2, 3, 4, 5, 6]
+    plain = rotary_2d_tables(cond_len, side, side, dim)
+    assert torch.equal(tables[0], plain[0]) and torch.equal(tables[1, cond_len:], plain[1, cond_len:])
+    assert torch.equal(tables[1, [0, 7]], plain[1, [0, 7]])  # the background's slot and a spare: unturned
+    assert torch.equal(tables[1, 1:7, : dim // 4], plain[1, 1:7, : dim // 4])  # no row turn
+    # one content vector as query and key: from the cells of a row, the score with an object's key
+    # is highest at its column's centre and falls off symmetrically (cos of the column offset)
+    g = torch.Generator().manual_seed(2)
+    vector = torch.randn(1, 1, side, dim, generator=g)[:, :, :1].expand(1, 1, side, dim)
+    row_cells = cond_len - 1 + 5 * side + torch.arange(side)
+    queries = rotate(vector, tables[0, row_cells])
+    for slot, centre in placed_column_centres(3, side).items():
+        scores = (queries * rotate(vector, tables[1, [slot]].expand(side, -1, -1))).sum(-1).flatten().tolist()
+        left, right = int(centre - 0.5), int(centre + 0.5)  # the two cells either side of the centre
+        top = max(scores)
+        assert top == pytest.approx(scores[left], rel=1e-4) and top == pytest.approx(scores[right], rel=1e-4)
+        assert scores[left - 1] == pytest.approx(scores[right + 1], rel=1e-4)
+    config = GPTConfig(dim=64, n_head=4, n_layer=1, vocab_size=8, max_seq_len=side * side, cond_len=cond_len)
+    model = GPT(dataclasses.replace(config, cond_dim=8, rotary_2d=True, condition_columns=3))
+    assert torch.equal(model.rotary, rotary_2d_tables(cond_len, side, side, 16, columns=3))  # the model's own turns
+    with pytest.raises(ValueError, match="needs rotary_2d"):
+        GPTConfig(condition_columns=3, cond_len=8)
+    with pytest.raises(ValueError, match="need 7 condition slots; the model has 4"):
+        GPTConfig(condition_columns=3, cond_len=4, rotary_2d=True, dim=64, n_head=4)
 
 
 def test_the_config_round_trips_and_the_turns_are_in_no_state_dict():

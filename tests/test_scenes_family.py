@@ -196,6 +196,16 @@ def test_symbol_conditions_are_exact_one_hot_slots_at_the_clip_features_scale():
     assert torch.equal(symbols("A cat & the rocket on BLUE noto"), features[0])  # read by the grammar first
     with pytest.raises(lang.PromptError, match="unknown emoji 'red aple'"):
         symbols("red aple on blue")
+    # placed: the k-th of n objects at its count's place (slot 1 + n(n - 1)/2 + k), the rest the same
+    placed_table = {**table, "condition": "placed"}
+    placed = scene_symbols(texts[:1] + ["rocket on red", "cat, rocket and dog"], placed_table, 17, 128)
+    assert torch.nonzero(placed[0]).tolist() == [[0, blue], [2, cat], [2, noto], [3, rocket], [3, noto]]
+    assert torch.nonzero(placed[1, 1:]).tolist() == [[0, rocket]]  # one object: slot 1
+    dog = table["names"].index("dog")
+    assert torch.nonzero(placed[2]).tolist() == [[4, cat], [5, rocket], [6, dog]]
+    assert isinstance(scene_conditioner(clip, placed_table, 17), SceneSymbolConditioner)
+    with pytest.raises(ValueError, match="do not fit 6 condition slots"):
+        scene_symbols(texts, placed_table, 6, 128)
 
 
 def test_training_conditions_follow_the_recipe(tmp_path, cache):
@@ -213,6 +223,7 @@ def test_training_conditions_follow_the_recipe(tmp_path, cache):
     wanted = {
         "clip": clip.condition_features(clip.tokenizer.batch(texts)),
         "symbols": scene_symbols(texts, scene_language(recipes.RECIPES["scenes"].scenes, "symbols"), 17, 128),
+        "placed": scene_symbols(texts, scene_language(recipes.RECIPES["scenes"].scenes, "placed"), 17, 128),
     }
     for condition, features in wanted.items():
         recipe = replace(recipes.RECIPES["scenes"], scene_condition=condition)
@@ -220,8 +231,16 @@ def test_training_conditions_follow_the_recipe(tmp_path, cache):
         assert torch.equal(scene_conditions(pipe, clip, texts), features)
         assert scene_language(recipe.scenes, condition)["condition"] == condition  # what the export writes
     assert key_prompt("cat+red apple@blue") == "cat and red apple on blue"  # a held-out row's prompt
-    with pytest.raises(ValueError, match="scene_condition must be one of 'clip', 'symbols'"):
+    with pytest.raises(ValueError, match="scene_condition must be one of 'clip', 'symbols', 'placed'"):
         replace(recipes.RECIPES["scenes"], scene_condition="words")
+    # placed symbols: the rotary models turn their object keys to their columns; the draft model has no rotary
+    placed = replace(recipes.RECIPES["scenes"], scene_condition="placed")
+    assert placed.gpt_config("target", 64, 128).condition_columns == placed.scenes.max_objects
+    assert placed.gpt_config("drafter_r4", 64, 128).condition_columns == placed.scenes.max_objects
+    assert placed.gpt_config("draft_model", 64, 128).condition_columns == 0
+    assert recipes.RECIPES["scenes"].gpt_config("target", 64, 128).condition_columns == 0
+    with pytest.raises(ValueError, match="needs scenes in columns"):
+        replace(placed, scenes=replace(placed.scenes, placement="free"))
 
 
 @pytest.mark.slow
@@ -253,6 +272,7 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     assert metrics["methods"]["real images"]["adherence"] == 1.0
     card = (assets / "MODEL_CARD.md").read_text()
     assert "the exact referee's prompt match" in card and "held-out combinations" in card and "$" not in card
+    assert "n objects in n equal columns" in card and f"every {recipe.scenes.step} px" in card  # the recipe's placement
     assert json.loads((assets / "scenes.json").read_text())["names"] == list(recipe.scenes.names)
     # the family from the smoke run's assets: every method runs, the referee judges its images
     family = family_mod.build("scenes", assets)

@@ -10,7 +10,7 @@ A scenes family (issue 63; its folder holds ``scenes.json``, its language, and
 ``referee_sprites.npz``, its referee) reads prompts through the scenes grammar (``mulo.scenes``):
 a prompt it cannot draw is an error naming the problem, and the models are conditioned on the
 prompt as the grammar writes it: its mini-CLIP features, or (``scenes.json``'s ``"condition":
-"symbols"``) its background, names and styles as one-hot slots (``scene_symbols``).
+"symbols"`` or ``"placed"``) its background, names and styles as one-hot slots (``scene_symbols``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mulo import scenes as scene_language
 from mulo.families import ASSETS_ROOT, int8
 from mulo.families.base import Evaluation, Family
 from mulo.models.eagle import EagleHead
-from mulo.models.gpt import GPT, GPTConfig
+from mulo.models.gpt import GPT, GPTConfig, placed_slot, placed_slots
 from mulo.models.text import MiniCLIP, words
 from mulo.models.upsample import TokenUpsampler
 from mulo.models.vq import VQTokenizer, build_model, make_tokenizer
@@ -123,18 +123,25 @@ def scene_symbols(texts, language: dict, cond_len: int, width: int) -> torch.Ten
     """``[len(texts), cond_len, width]``: each prompt or description of a scenes family as its
     symbols (``mulo.scenes.symbol_slots``): slot k one-hot over the table of names, colours and
     styles, at the norm of the mini-CLIP's conditions (sqrt(width)); unused slots stay zero, like
-    the null condition's."""
+    the null condition's. ``language["condition"] == "placed"``: the k-th of n objects goes to slot
+    ``placed_slot(n, k)``, whose key a ``condition_columns`` model turns by that object's column."""
     names, palette, styles = language["names"], language["palette"], language["styles"]
     if len(names) + len(palette) + len(styles) > width:
         raise ValueError(f"{len(names) + len(palette) + len(styles)} symbols do not fit conditions {width} wide")
     if 1 + int(language["max_objects"]) > cond_len:
         raise ValueError(f"{language['max_objects']} objects and a background do not fit {cond_len} condition slots")
+    placed = language.get("condition") == "placed"
+    if placed and placed_slots(int(language["max_objects"])) > cond_len:
+        raise ValueError(f"{language['max_objects']} objects by count and place do not fit {cond_len} condition slots")
     features = torch.zeros(len(texts), cond_len, width)
     for i, text in enumerate(texts):
-        slots = scene_language.symbol_slots(text, int(language["max_objects"]), names, palette, styles)
-        for k, indices in enumerate(slots):
+        background, *objects = scene_language.symbol_slots(text, int(language["max_objects"]), names, palette, styles)
+        slots = {0: background}
+        for k, indices in enumerate(objects):  # placed: the k-th of n at its count's place
+            slots[placed_slot(len(objects), k) if placed else 1 + k] = indices
+        for slot, indices in slots.items():
             if indices:
-                features[i, k, list(indices)] = (width / len(indices)) ** 0.5
+                features[i, slot, list(indices)] = (width / len(indices)) ** 0.5
     return features
 
 
@@ -152,7 +159,7 @@ class SceneSymbolConditioner(ScenePromptConditioner):
 
 def scene_conditioner(clip: MiniCLIP, language: dict, cond_len: int) -> ScenePromptConditioner:
     """The conditioner ``language`` (a scenes family's ``scenes.json``) asks for."""
-    if language.get("condition", "clip") == "symbols":
+    if language.get("condition", "clip") in ("symbols", "placed"):
         return SceneSymbolConditioner(clip, language, cond_len)
     return ScenePromptConditioner(clip, language)
 

@@ -74,7 +74,26 @@ def embed_inputs(tok_embeddings: nn.Embedding, neighbour_embeddings, tokens, nei
 ROPE_BASE = 100.0
 
 
-def rotary_2d_tables(cond_len: int, height: int, width: int, head_dim: int, still: float = 0.0) -> torch.Tensor:
+def placed_slot(count: int, k: int) -> int:
+    """The condition slot of the k-th (from the left) of ``count`` objects in placed symbols."""
+    return 1 + count * (count - 1) // 2 + k
+
+
+def placed_slots(max_objects: int) -> int:
+    """Condition slots of placed symbols (``GPTConfig.condition_columns``): slot 0 (the background,
+    the style) and one slot per object place of every count up to ``max_objects``; 0 for none."""
+    return 1 + max_objects * (max_objects + 1) // 2 if max_objects else 0
+
+
+def placed_column_centres(max_objects: int, width: int) -> dict[int, float]:
+    """Condition slot -> the centre (in cells of a grid ``width`` wide) of the column its object lies
+    in: the k-th of n equal columns for slot 1 + n(n - 1)/2 + k."""
+    return {placed_slot(n, k): (k + 0.5) * width / n - 0.5 for n in range(1, max_objects + 1) for k in range(n)}
+
+
+def rotary_2d_tables(
+    cond_len: int, height: int, width: int, head_dim: int, still: float = 0.0, columns: int = 0
+) -> torch.Tensor:
     """cos and sin ``[2, cond_len + height * width - 1, head_dim // 2, 2]`` of a 2D rotary position
     (``GPTConfig.rotary_2d``): row 0 rotates each slot's queries by the cell the slot predicts, row 1
     its keys by the cell of the token it is fed, so a score depends on (predicted cell) - (fed
@@ -82,7 +101,9 @@ def rotary_2d_tables(cond_len: int, height: int, width: int, head_dim: int, stil
     every row, with no wrap at a row's end. Half of each head's pairs turn with the row, half with
     the column; condition slots turn by nothing (a condition key has no cell; the last condition
     slot predicts cell (0, 0)). ``still``: the share of each axis's pairs left unturned, after the
-    turning ones, whose frequencies still span 1 to 1/100 (``GPTConfig.rotary_still``)."""
+    turning ones, whose frequencies still span 1 to 1/100 (``GPTConfig.rotary_still``). ``columns``:
+    the object slots of placed symbols turn their keys' column pairs by their column's centre
+    (``GPTConfig.condition_columns``)."""
     if head_dim % 4:
         raise ValueError(f"a 2D rotary needs a head dim divisible by 4 (got {head_dim})")
     quarter = head_dim // 4
@@ -97,6 +118,8 @@ def rotary_2d_tables(cond_len: int, height: int, width: int, head_dim: int, stil
     predicted[cond_len - 1 :] = angles  # slot T - 1 + u predicts cell u
     fed = torch.zeros(n_slots, 2 * quarter, dtype=torch.float64)
     fed[cond_len:] = angles[:-1]  # slot T + v is fed cell v
+    for slot, centre in placed_column_centres(columns, width).items():
+        fed[slot, quarter:] = centre * freqs
     both = torch.stack([predicted, fed])
     return torch.stack([both.cos(), both.sin()], dim=-1).float()
 
@@ -148,6 +171,11 @@ class GPTConfig:
     # ROPE_BASE = 100 all but the slowest 4 of 16 pairs an axis turn by over a radian across a side of
     # 32, which leaves a small target few channels to find its prompt's words by content with.
     rotary_still: float = 0.0
+    # A scenes model reading placed symbols (``mulo.scenes.placed_slot``): condition slot
+    # 1 + n(n - 1)/2 + k holds the k-th of n objects, for up to this many, and its key turns by the
+    # centre of the k-th of n equal columns (the column axis only), so "the object of my column" is
+    # one rotary relation, not a count of names to learn. 0: condition keys turn by nothing.
+    condition_columns: int = 0
 
     @classmethod
     def preset(cls, name: str, **overrides) -> GPTConfig:
@@ -178,6 +206,13 @@ class GPTConfig:
             raise ValueError(f"rotary_still must be in [0, 1) (got {self.rotary_still!r})")
         if self.rotary_2d and self.head_dim % 4:
             raise ValueError(f"rotary_2d needs a head dim divisible by 4 (dim {self.dim} / {self.n_head} heads)")
+        if self.condition_columns and not self.rotary_2d:
+            raise ValueError("condition_columns turns condition keys by their column: it needs rotary_2d")
+        if self.condition_columns < 0 or placed_slots(self.condition_columns) > self.cond_len:
+            raise ValueError(
+                f"{self.condition_columns} objects by count and place need {placed_slots(self.condition_columns)} "
+                f"condition slots; the model has {self.cond_len}"
+            )
 
     @property
     def kv_heads(self) -> int:
@@ -347,7 +382,9 @@ class GPT(nn.Module):
         # the 2D rotary's turns by slot: derived from the config, so in no state dict
         tables = None
         if config.rotary_2d:
-            tables = rotary_2d_tables(config.cond_len, *config.grid_hw, config.head_dim, config.rotary_still)
+            tables = rotary_2d_tables(
+                config.cond_len, *config.grid_hw, config.head_dim, config.rotary_still, config.condition_columns
+            )
         self.register_buffer("rotary", tables, persistent=False)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)

@@ -100,6 +100,11 @@ class Budget:
     # this share of the background's, weighted up (``stages.ar.background_sample``): the output
     # head, the biggest layer at 2,048+ codes, then runs on ~1/4 of a scene's positions. 1: all.
     background_loss_share: float = 1.0
+    # Scenes: the loss weight of the open cells (``stages.ar.open_cells``: no object token within an
+    # object's reach above or to the left), where the next token either begins an object, which one
+    # the prompt says, or stays background: the model's few real decisions, ~2 tokens an object of 64.
+    # A weight by context only, so the conditionals the loss is least at stay the data's. 1: off.
+    open_weight: float = 1.0
 
 
 FULL = Budget()
@@ -210,7 +215,7 @@ class Hyper:
     eagle_lr: float = 1e-3
 
 
-SCENE_CONDITIONS = ("clip", "symbols")
+SCENE_CONDITIONS = ("clip", "symbols", "placed")
 
 
 @dataclass(frozen=True)
@@ -236,8 +241,10 @@ class Recipe:
     # ``VQModel`` arguments other than ``VQ_CONFIG``'s, or {"kind": "patches"}: a k-means codebook of
     # pixel squares instead (``mulo.models.patch_vq``; ``Hyper.patch_*``)
     vq_model: dict = field(default_factory=dict)
-    # How a scenes family's models read a prompt: "clip" (the mini-CLIP's word features) or
-    # "symbols" (its background, names and styles as one-hot slots, ``mulo.scenes.symbol_slots``)
+    # How a scenes family's models read a prompt: "clip" (the mini-CLIP's word features),
+    # "symbols" (its background, names and styles as one-hot slots, ``mulo.scenes.symbol_slots``) or
+    # "placed" (those slots by object count and place, their keys turned to their columns by a
+    # rotary model: ``GPTConfig.condition_columns``; scenes in columns)
     scene_condition: str = "clip"
 
     def __post_init__(self):
@@ -245,6 +252,8 @@ class Recipe:
             raise ValueError(
                 f"scene_condition must be one of {', '.join(map(repr, SCENE_CONDITIONS))}, not {self.scene_condition!r}"
             )
+        if self.scene_condition == "placed" and (self.scenes is None or self.scenes.placement != "columns"):
+            raise ValueError("scene_condition 'placed' reads objects by their column: it needs scenes in columns")
 
     @property
     def sizes(self) -> tuple[int, int, int]:
@@ -257,7 +266,9 @@ class Recipe:
 
     def gpt_config(self, stage: str, vocab: int, cond_dim: int) -> GPTConfig:
         side = self.grid(stage)
-        sizes = self.draft_model if stage == "draft_model" else self.target
+        sizes = dict(self.draft_model if stage == "draft_model" else self.target)
+        if self.scene_condition == "placed" and sizes.get("rotary_2d"):
+            sizes["condition_columns"] = self.scenes.max_objects
         return GPTConfig(vocab_size=vocab, max_seq_len=side * side, cond_len=COND_LEN + 1, cond_dim=cond_dim, **sizes)
 
 

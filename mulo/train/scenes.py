@@ -296,30 +296,29 @@ class SceneStream:
         "columns", the k-th in the k-th column from the left)."""
         cfg = self.config
         reach = cfg.object_px + cfg.gap
-        if cfg.placement == "columns":
-            columns = [cfg.column_positions(count, k) for k in range(count)]
-            for _ in range(1000):
-                picked = []
-                for positions in columns:
-                    free = [
-                        (x, y)
-                        for x, y in positions
-                        if all(abs(x - u) >= reach or abs(y - v) >= reach for u, v in picked)
-                    ]
+
+        def clear(x: int, y: int, picked: list[tuple[int, int]]) -> bool:
+            return all(abs(x - u) >= reach or abs(y - v) >= reach for u, v in picked)
+
+        # The draws' order is fixed: a run's stored chunks are these scenes, re-made by index.
+        columns = [cfg.column_positions(count, k) for k in range(count)] if cfg.placement == "columns" else None
+        positions = cfg.positions()
+        for _ in range(1000):
+            picked = []
+            if columns is not None:  # one draw per column, among its places clear of those picked
+                for column in columns:
+                    free = [(x, y) for x, y in column if clear(x, y, picked)]
                     if not free:
                         break
                     picked.append(free[int(rng.integers(len(free)))])
-                if len(picked) == count:
-                    return picked
-        positions = cfg.positions()
-        for _ in range(0 if cfg.placement == "columns" else 1000):
-            picked = []
-            for i in rng.permutation(len(positions)):
-                x, y = positions[i]
-                if all(abs(x - px) >= reach or abs(y - py) >= reach for px, py in picked):
-                    picked.append((x, y))
-                    if len(picked) == count:
-                        return picked
+            else:  # the places in a random order, each taken when clear
+                for i in rng.permutation(len(positions)):
+                    if clear(*positions[i], picked):
+                        picked.append(positions[i])
+                        if len(picked) == count:
+                            break
+            if len(picked) == count:
+                return picked
         raise RuntimeError(f"{count} objects do not fit: fewer objects or a smaller object_px")  # pragma: no cover
 
     def render(self, scene: Scene) -> dict[int, np.ndarray]:

@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--scenes", type=int, default=32, help="held-out scenes, one object box each")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--condition", choices=("clip", "symbols"), help="how the target reads a prompt")
+    parser.add_argument("--condition", choices=("clip", "symbols", "placed"), help="how the target reads a prompt")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--given", default="0,1,4", help="box rows given before sampling, per variant")
     args = parser.parse_args()

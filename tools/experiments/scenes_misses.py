@@ -111,14 +111,22 @@ def reach(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, rows=
     return out
 
 
+def near_objects(obj: torch.Tensor, diagonals: bool) -> torch.Tensor:
+    """Cells of ``obj [N, H, W]`` (object tokens) that are an object token or touch one: by a side,
+    or by a corner too with ``diagonals``; the grid does not wrap."""
+    near = obj.clone()
+    height, width = obj.shape[1:]
+    steps = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy or dx) and (diagonals or not (dy and dx))]
+    for dy, dx in steps:  # near[y, x] |= obj[y - dy, x - dx] where both are on the grid
+        near[:, max(dy, 0) : height + min(dy, 0), max(dx, 0) : width + min(dx, 0)] |= obj[
+            :, max(-dy, 0) : height + min(-dy, 0), max(-dx, 0) : width + min(-dx, 0)
+        ]
+    return near
+
+
 def strays(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, guidance=(1.0, 2.0, 3.0)) -> dict:
     obj = ~background_mask(tokens).reshape(-1, side, side)
-    near = obj.clone()
-    near[:, 1:] |= obj[:, :-1]
-    near[:, :-1] |= obj[:, 1:]
-    near[:, :, 1:] |= obj[:, :, :-1]
-    near[:, :, :-1] |= obj[:, :, 1:]
-    far = (~near).reshape(len(tokens), -1)
+    far = (~near_objects(obj, diagonals=False)).reshape(len(tokens), -1)
     with torch.no_grad():
         conditional = model(tokens[:, :-1], cond, view=tokens[:, :-1]).float()
         null = model(tokens[:, :-1], model.null_condition(cond), view=tokens[:, :-1]).float()
@@ -156,11 +164,7 @@ def object_boxes(tokens: torch.Tensor, side: int) -> list[tuple[int, int, int, i
 
 def counting(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, object_rows: int = 8) -> dict:
     obj = ~background_mask(tokens).reshape(-1, side, side)
-    near = obj.clone()
-    for dy in (-1, 0, 1):
-        for dx in (-1, 0, 1):
-            near |= torch.roll(obj, (dy, dx), (1, 2))
-    far = (~near).reshape(len(tokens), -1)
+    far = (~near_objects(obj, diagonals=True)).reshape(len(tokens), -1)
     with torch.no_grad():
         logits = model(tokens[:, :-1], cond, view=tokens[:, :-1]).float()
     background = torch.mode(tokens, dim=1).values
@@ -209,7 +213,7 @@ def main() -> None:
     parser.add_argument("--weights", type=Path, help="a state dict or checkpoint (default RUN/target.best)")
     parser.add_argument("--recipe", default="scenes")
     parser.add_argument("--scenes", type=int, default=96, help="held-out scenes read")
-    parser.add_argument("--condition", choices=("clip", "symbols"), help="how the target reads a prompt")
+    parser.add_argument("--condition", choices=("clip", "symbols", "placed"), help="how the target reads a prompt")
     args = parser.parse_args()
     pipe, model, tokens, cond = held_out_scenes(args.run, args.recipe, args.condition, args.scenes, args.weights)
     side = pipe.recipe.grid("target")

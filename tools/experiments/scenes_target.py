@@ -98,7 +98,8 @@ def main() -> None:
     parser.add_argument("--target", **field, help="a target size field, e.g. n_head=8")
     parser.add_argument("--scene", **field, help="a SceneConfig field (needs --encode), e.g. object_px=24")
     parser.add_argument("--zipar-share", type=float, default=None)
-    parser.add_argument("--condition", choices=("clip", "symbols"), help="how the target reads a prompt")
+    parser.add_argument("--budget", **field, help="a Budget field, e.g. open_weight=8")
+    parser.add_argument("--condition", choices=("clip", "symbols", "placed"), help="how the target reads a prompt")
     parser.add_argument("--sample", type=int, default=0, help="then judge AR samples of this many evaluation prompts")
     parser.add_argument("--sprites", type=Path, help="the referee's sprites (a scenes export's referee_sprites.npz)")
     parser.add_argument("--cfg", type=float, default=3.0)
@@ -125,6 +126,8 @@ def main() -> None:
     budget = replace(recipe.budget, ar_steps=args.steps, validate_every=100)
     if args.zipar_share is not None:
         budget = replace(budget, zipar_share=args.zipar_share)
+    changed = dict(field.split("=", 1) for field in args.budget)
+    budget = replace(budget, **{k: typed(budget, k, v) for k, v in changed.items()})
     args.run.mkdir(parents=True, exist_ok=True)
     for name in SHARED[:3] if args.encode else SHARED:
         link = args.run / name
@@ -142,6 +145,7 @@ def main() -> None:
         "scene": scene,
         "target": target,
         "zipar_share": budget.zipar_share,
+        "budget": changed,
         "condition": recipe.scene_condition,
         "source": str(args.source),
     }

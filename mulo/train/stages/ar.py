@@ -125,6 +125,8 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
     zipar_share = budget.zipar_share if stage != "draft_model" else 0.0
     proxy_weight = budget.proxy_weight if stage == "target" else 1.0
     windows = budget.zipar_windows if zipar_share else ()
+    scenes = pipe.recipe.scenes
+    reach = scenes.object_px * side // scenes.canvas if scenes else 0  # an object's side in cells
     masks = {w: training_mask(COND_LEN + 1, side, side, w).to(device) for w in windows}
     token_weights = {}  # per window: the loss weight of each target token in a masked step
     if proxy_weight != 1.0:
@@ -151,6 +153,8 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
         share = budget.background_loss_share
         if share < 1.0:  # the head and the loss on every object token and a share of the background's
             keep_weights = background_sample(x, share, rng)
+            if budget.open_weight != 1.0:  # the open cells weighted up (the background's still sampled)
+                keep_weights = torch.where(open_cells(x, side, reach), keep_weights * budget.open_weight, keep_weights)
             if weights is not None:
                 keep_weights = keep_weights * weights
             with autocast(device):
@@ -209,6 +213,19 @@ def background_mask(tokens: torch.Tensor) -> torch.Tensor:
     return tokens == torch.mode(tokens, dim=1).values[:, None]
 
 
+def open_cells(tokens: torch.Tensor, side: int, reach: int) -> torch.Tensor:
+    """``tokens [B, L]`` (scenes on a ``side``-wide grid) -> where no object token (``background_mask``)
+    lies within ``reach`` cells before a cell in raster order: in the ``reach - 1`` rows above it,
+    ``reach - 1`` columns either side, or in its own row up to ``reach - 1`` to its left. There the
+    next token begins an object or stays background: it depends on the prefix alone, not the token."""
+    objects = (~background_mask(tokens)).float().reshape(-1, 1, side, side)
+    near = reach - 1
+    above = F.pad(objects, (near, near, near, 0))[:, :, :-1]  # cell (r, c) sees rows r - near .. r - 1
+    left = F.pad(objects, (near, 0, 0, 0))[:, :, :, :-1]  # and columns c - near .. c - 1 of its row
+    covered = F.max_pool2d(above, (near, 2 * near + 1), stride=1) + F.max_pool2d(left, (1, near), stride=1)
+    return (covered == 0).reshape(tokens.shape)
+
+
 def background_sample(tokens: torch.Tensor, share: float, rng: np.random.Generator) -> torch.Tensor:
     """Loss weights ``[B, L]`` of a batch of scenes: 1 for every token but the background's
     (``background_mask``), and for those 1 / ``share`` on a random ``share`` of them, 0 on the
@@ -264,7 +281,7 @@ def ar_data(pipe, side: int) -> SimpleNamespace:
         from mulo.train.stages.scene_tokens import SceneTokens
 
         fresh = SimpleNamespace(scenes=SceneTokens(pipe), clip=pipe.load_clip(), px=side * pipe.recipe.patch)
-        if pipe.recipe.scene_condition == "symbols":  # the stored rows (held out) by their keys' prompts
+        if pipe.recipe.scene_condition != "clip":  # the stored rows (held out) by their keys' prompts
             conds = {"cond_name": scene_conditions(pipe, fresh.clip, [key_prompt(k) for k in keys]).cpu()}
     return SimpleNamespace(
         fresh=fresh,
@@ -327,11 +344,11 @@ def fresh_batch(pipe, fresh: SimpleNamespace, rng: np.random.Generator, batch: i
 def scene_conditions(pipe, clip, texts) -> torch.Tensor:
     """``[len(texts), T, C]``: scenes prompts or descriptions as the recipe's models read them (the
     mini-CLIP's word features, or the prompt's symbols: ``mulo.families.emoji.scene_symbols``)."""
-    if pipe.recipe.scene_condition == "symbols":
+    if pipe.recipe.scene_condition != "clip":  # symbols, placed or not
         from mulo.families.emoji import scene_symbols
         from mulo.train.stages.export import scene_language
 
-        language = scene_language(pipe.recipe.scenes, "symbols")
+        language = scene_language(pipe.recipe.scenes, pipe.recipe.scene_condition)
         return scene_symbols(texts, language, clip.cond_len, clip.cond_dim).to(pipe.device)
     return clip.condition_features(clip.tokenizer.batch(texts).to(pipe.device))
 
