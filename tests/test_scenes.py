@@ -265,6 +265,12 @@ def test_columns_put_the_prompts_objects_left_to_right(sheet):
     assert len({tuple((o.x, o.y) for o in s.objects) for s in seeds}) == 5
     with pytest.raises(ValueError, match="too narrow"):
         scenes.SceneConfig(placement="columns", object_px=48, max_objects=3)
+    # a few tops: every object's top at 0, 48 or 96 px, its column as before
+    banded = scenes.SceneStream(scenes.SceneConfig(placement="columns", vertical_step=48), sheet, seed=5)
+    tops = {o.y for scene in banded.scenes(0, 100) for o in scene.objects}
+    assert tops == {0, 48, 96}
+    with pytest.raises(ValueError, match="not a multiple of step 8"):
+        scenes.SceneConfig(placement="columns", vertical_step=12)
 
 
 def test_the_data_object_is_what_the_pipeline_reads(stream):

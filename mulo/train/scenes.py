@@ -65,6 +65,9 @@ class SceneConfig:
     # the one its slot of the prompt names (docs/notebook/session-2026-11-30-columns.md).
     placement: str = "free"
     step: int = 8  # px between free positions (a multiple of canvas / smallest scale keeps the scales aligned)
+    # "columns": px between an object's possible tops (0: ``step``). A few tops make the row where a
+    # column's object must begin, if it has not yet, one a target meets often.
+    vertical_step: int = 0
     gap: int = 8  # px at least between two objects' squares (and, for slots, from the edge)
     vocabulary: int = len(VOCABULARY)  # the first N of ``VOCABULARY``
     min_objects: int = 1
@@ -89,6 +92,8 @@ class SceneConfig:
             raise ValueError(f"scales {self.scales} must divide the canvas {self.canvas}")
         if len(self.positions()) < self.max_objects:
             raise ValueError(f"{self.max_objects} objects of {self.object_px} px do not fit this placement")
+        if self.vertical_step % self.step or self.vertical_step < 0:
+            raise ValueError(f"vertical_step {self.vertical_step} is not a multiple of step {self.step}")
         if self.placement == "columns" and not all(
             self.column_positions(self.max_objects, k) for k in range(self.max_objects)
         ):
@@ -113,9 +118,10 @@ class SceneConfig:
 
     def column_positions(self, count: int, column: int) -> list[tuple[int, int]]:
         """The top-left corners of ``positions`` (the free grid) whose square lies inside column
-        ``column`` of ``count`` equal columns ("columns" placement)."""
+        ``column`` of ``count`` equal columns ("columns" placement), at the tops ``vertical_step`` allows."""
         left, right = column * self.canvas / count, (column + 1) * self.canvas / count
-        return [(x, y) for x, y in self.positions() if left <= x and x + self.object_px <= right]
+        tops = self.vertical_step or self.step
+        return [(x, y) for x, y in self.positions() if left <= x and x + self.object_px <= right and y % tops == 0]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ On held-out scenes (the run's validation split; the background = a scene's most 
   where another object could still begin, and at each object's first token (with the nats of the
   true token there given that an object begins: which one, the prompt's part). A target that
   counts what it has drawn puts almost nothing there once every object has begun;
+- blank: one-object prompts read on a canvas of their background alone (from the run's newest
+  chunk of training scenes): the chance a sample draws nothing at all (the product over the cells of
+  staying background) and the mass off the background by row. The data's object must begin by the
+  last row where it fits, so a model that knows it has not begun puts ~1 there;
 - strays: under classifier-free guidance g, the probability mass a sampler puts on anything but
   the true background at background tokens with no object beside them, summed over an image: the
   pieces a free-running sample starts where nothing belongs (guidance multiplies it).
@@ -36,9 +40,10 @@ import torch.nn.functional as F
 
 from mulo.models.gpt import GPT
 from mulo.sampling import cfg_combine
+from mulo.scenes import parse_prompt
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
-from mulo.train.stages.ar import ar_data, background_mask, held_out
+from mulo.train.stages.ar import ar_data, background_mask, held_out, scene_conditions
 
 
 def load_target(pipe: Pipeline, data, weights: Path) -> GPT:
@@ -192,6 +197,32 @@ def counting(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, ob
     }
 
 
+def blank_canvas(model: GPT, backgrounds: torch.Tensor, cond: torch.Tensor, side: int) -> dict:
+    """``backgrounds [N]`` (each scene's background token) filling the canvas, read with ``cond``:
+    the mean chance of a sample that never leaves the background, and the mass off it by row."""
+    canvas = backgrounds[:, None].expand(-1, side * side)
+    with torch.no_grad():
+        logits = model(canvas[:, :-1], cond, view=canvas[:, :-1]).float()
+    stay = logits.softmax(-1).gather(-1, canvas[..., None])[..., 0]
+    by_row = (1 - stay).reshape(len(canvas), side, side).sum(-1).mean(0)
+    return {
+        "chance of a blank sample": round(float(stay.log().sum(1).exp().mean()), 3),
+        "mass off the background by row": [round(float(x), 3) for x in by_row],
+    }
+
+
+def one_object_scenes(pipe: Pipeline, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(background tokens ``[N]``, conditions) of up to ``count`` one-object scenes of the run's
+    newest chunk of encoded training scenes, conditioned as the recipe reads their prompts."""
+    chunk = max((pipe.run / "scenes").glob("chunk-*.npz"))
+    stored = np.load(chunk)
+    one = [i for i, name in enumerate(stored["name"]) if len(parse_prompt(str(name)).objects) == 1][:count]
+    side = pipe.recipe.grid("target")
+    tokens = torch.from_numpy(stored[f"tokens{pipe.recipe.px}"][one].astype(np.int64)).reshape(len(one), side * side)
+    cond = scene_conditions(pipe, pipe.load_clip(), [str(stored["name"][i]) for i in one]).float()
+    return torch.mode(tokens, dim=1).values, cond
+
+
 def held_out_scenes(run: Path, recipe: str, condition: str | None, count: int, weights: Path | None):
     """(pipeline, target, tokens ``[N, L]``, conditions) of the first ``count`` held-out scenes of a
     scenes ``run`` (read, nothing written), the target loaded from ``weights`` (default RUN/target.best)
@@ -224,6 +255,8 @@ def main() -> None:
     print("counting: mass off the background a token", counting(model, tokens, cond, side))
     print("counting, null condition", counting(model, tokens, model.null_condition(cond), side))
     print("strays a sample starts per image", strays(model, tokens, cond, side))
+    backgrounds, one_object = one_object_scenes(pipe, args.scenes)
+    print("blank canvas, one-object prompts", blank_canvas(model, backgrounds, one_object, side))
 
 
 if __name__ == "__main__":
