@@ -171,7 +171,7 @@ class GPTConfig:
     # ROPE_BASE = 100 all but the slowest 4 of 16 pairs an axis turn by over a radian across a side of
     # 32, which leaves a small target few channels to find its prompt's words by content with.
     rotary_still: float = 0.0
-    # A scenes model reading placed symbols (``mulo.scenes.placed_slot``): condition slot
+    # A scenes model reading placed symbols (``placed_slot``, ``mulo.families.emoji.scene_symbols``): condition slot
     # 1 + n(n - 1)/2 + k holds the k-th of n objects, for up to this many, and its key turns by the
     # centre of the k-th of n equal columns (the column axis only), so "the object of my column" is
     # one rotary relation, not a count of names to learn. 0: condition keys turn by nothing.

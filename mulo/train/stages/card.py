@@ -136,7 +136,7 @@ def data_fields(report: dict, geometry: dict) -> dict:
 PLACED = {
     "free": "anywhere, every {step} px",
     "columns": "n objects in n equal columns, the prompt's first on the left, each anywhere up or down its own, "
-    "every {step} px",
+    "every {vertical} px",
 }
 
 
@@ -146,7 +146,9 @@ def scenes_data_fields(report: dict, geometry: dict, sizes_text: str) -> dict:
     scenes, data = geometry["scenes"], report.get("data", {})
     styled, licence = styled_data_text(scenes["styles"], {}, sizes_text)
     table = styled[styled.index("| word |") :]
-    placed = PLACED.get(scenes["placement"], f"{scenes['placement']} placement").format(step=scenes["step"])
+    placed = PLACED.get(scenes["placement"], f"{scenes['placement']} placement").format(
+        step=scenes["step"], vertical=scenes.get("vertical_step") or scenes["step"]
+    )
     text = (
         f"Scenes composed on the fly (`mulo/train/scenes.py`): a {geometry['px']} px canvas of one of "
         f"{len(scenes['backgrounds'])} background colours with {scenes['min_objects']} to {scenes['max_objects']} "
