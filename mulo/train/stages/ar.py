@@ -127,6 +127,8 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
     windows = budget.zipar_windows if zipar_share else ()
     scenes = pipe.recipe.scenes
     reach = scenes.object_px * side // scenes.canvas if scenes else 0  # an object's side in cells
+    if budget.open_weight != 1.0 and reach < 2:
+        raise ValueError("open_weight weighs the open cells of scenes whose objects span 2 cells or more")
     masks = {w: training_mask(COND_LEN + 1, side, side, w).to(device) for w in windows}
     token_weights = {}  # per window: the loss weight of each target token in a masked step
     if proxy_weight != 1.0:
@@ -151,8 +153,8 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
             mask, inputs = masks[window], training_inputs(inputs, side, side, window)
             weights = token_weights.get(window)
         share = budget.background_loss_share
-        if share < 1.0:  # the head and the loss on every object token and a share of the background's
-            keep_weights = background_sample(x, share, rng)
+        if share < 1.0 or budget.open_weight != 1.0:  # the head on every object token, a share of the background's
+            keep_weights = background_sample(x, share, rng) if share < 1.0 else torch.ones(x.shape, device=x.device)
             if budget.open_weight != 1.0:  # the open cells weighted up (the background's still sampled)
                 keep_weights = torch.where(open_cells(x, side, reach), keep_weights * budget.open_weight, keep_weights)
             if weights is not None:
