@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mulo.train.stages.ar import background_sample, open_cells, weighted_loss
+from mulo.train.stages.ar import background_sample, before_first_object, open_cells, weighted_loss
 from tests.helpers import tiny_gpt
 
 VOCAB, SIDE = 11, 4
@@ -162,3 +162,18 @@ def test_open_cells_are_where_no_object_lies_within_reach_before_them():
         changed = scenes.clone()
         changed[:, cell:] = torch.where(torch.rand(changed[:, cell:].shape, generator=g) < 0.1, 5, changed[:, cell:])
         assert torch.equal(open_cells(changed, 16, 4)[:, : cell + 1], before[:, : cell + 1]), cell
+
+
+def test_before_the_first_object_is_every_cell_up_to_a_scenes_first_object_token():
+    """``before_first_object``: the cells whose prefix is all background (the first object token
+    included: where it began), a weight by context like ``open_cells``."""
+    scenes = torch.tensor([[5, 5, 5, 1, 5, 2], [5, 5, 5, 5, 5, 5], [3, 5, 5, 5, 5, 5]])
+    assert before_first_object(scenes).int().tolist() == [[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0]]
+    g = torch.Generator().manual_seed(1)
+    scenes = torch.zeros(16, 64, dtype=torch.long)
+    scenes[torch.rand(scenes.shape, generator=g) < 0.03] = 3
+    before = before_first_object(scenes)
+    for cell in (0, 9, 30, 63):  # what comes at and after a cell never moves its weight
+        changed = scenes.clone()
+        changed[:, cell:] = torch.where(torch.rand(changed[:, cell:].shape, generator=g) < 0.2, 4, changed[:, cell:])
+        assert torch.equal(before_first_object(changed)[:, : cell + 1], before[:, : cell + 1]), cell

@@ -105,6 +105,10 @@ class Budget:
     # the prompt says, or stays background: the model's few real decisions, ~2 tokens an object of 64.
     # A weight by context only, so the conditionals the loss is least at stay the data's. 1: off.
     open_weight: float = 1.0
+    # Scenes: the loss weight of the cells up to a scene's first object token (raster order), where
+    # nothing has begun yet, so an object must begin by the last row one fits. A weight by context
+    # only, as ``open_weight``. 1: off.
+    first_start_weight: float = 1.0
 
 
 FULL = Budget()

@@ -153,8 +153,12 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
             mask, inputs = masks[window], training_inputs(inputs, side, side, window)
             weights = token_weights.get(window)
         share = budget.background_loss_share
-        if share < 1.0 or budget.open_weight != 1.0:  # the head on every object token, a share of the background's
+        reweighted = budget.open_weight != 1.0 or budget.first_start_weight != 1.0
+        if share < 1.0 or reweighted:  # the head on every object token, a share of the background's
             keep_weights = background_sample(x, share, rng) if share < 1.0 else torch.ones(x.shape, device=x.device)
+            if budget.first_start_weight != 1.0:  # nothing begun yet: an object must begin by its last row
+                first = before_first_object(x)
+                keep_weights = torch.where(first, keep_weights * budget.first_start_weight, keep_weights)
             if budget.open_weight != 1.0:  # the open cells weighted up (the background's still sampled)
                 keep_weights = torch.where(open_cells(x, side, reach), keep_weights * budget.open_weight, keep_weights)
             if weights is not None:
@@ -213,6 +217,13 @@ def background_mask(tokens: torch.Tensor) -> torch.Tensor:
     """``tokens [B, L]`` -> where each is its scene's background: the scene's most common token
     (the flat field around the objects, ~85 % of a scene)."""
     return tokens == torch.mode(tokens, dim=1).values[:, None]
+
+
+def before_first_object(tokens: torch.Tensor) -> torch.Tensor:
+    """``tokens [B, L]`` -> the positions up to and including each scene's first object token
+    (``background_mask``), in raster order: where the prefix is all background."""
+    seen = (~background_mask(tokens)).long().cumsum(1)
+    return (seen - (~background_mask(tokens)).long()) == 0
 
 
 def open_cells(tokens: torch.Tensor, side: int, reach: int) -> torch.Tensor:
