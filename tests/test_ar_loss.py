@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mulo.train.stages.ar import background_sample, before_first_object, open_cells, weighted_loss
+from mulo.train.recipes import Budget
+from mulo.train.stages.ar import background_sample, before_first_object, open_cells, scene_weights, weighted_loss
 from tests.helpers import tiny_gpt
 
 VOCAB, SIDE = 11, 4
@@ -177,3 +178,21 @@ def test_before_the_first_object_is_every_cell_up_to_a_scenes_first_object_token
         changed = scenes.clone()
         changed[:, cell:] = torch.where(torch.rand(changed[:, cell:].shape, generator=g) < 0.2, 4, changed[:, cell:])
         assert torch.equal(before_first_object(changed)[:, : cell + 1], before[:, : cell + 1]), cell
+
+
+def test_scene_weights_weigh_the_first_start_and_open_cells_whatever_the_background_share():
+    scene = torch.zeros(8, 8, dtype=torch.long)
+    scene[3:5, 3:5] = 7  # one 2x2 object, first token at (3, 3)
+    tokens = scene.reshape(1, -1)
+    first, opened = before_first_object(tokens), open_cells(tokens, 8, 2)
+    rng = np.random.default_rng(0)
+    assert scene_weights(tokens, Budget(), 8, 2, rng) is None  # every token alike: the plain loss
+    weights = scene_weights(tokens, Budget(first_start_weight=5.0), 8, 2, rng)
+    assert torch.equal(weights, torch.where(first, 5.0, 1.0))
+    weights = scene_weights(tokens, Budget(first_start_weight=5.0, open_weight=3.0), 8, 2, rng)
+    assert torch.equal(weights, torch.where(first, 5.0, 1.0) * torch.where(opened, 3.0, 1.0))
+    sampled = scene_weights(
+        tokens, Budget(background_loss_share=0.5, first_start_weight=5.0), 8, 2, np.random.default_rng(1)
+    )
+    drawn = background_sample(tokens, 0.5, np.random.default_rng(1))  # the same draw
+    assert torch.equal(sampled, drawn * torch.where(first, 5.0, 1.0))

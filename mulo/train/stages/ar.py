@@ -152,15 +152,8 @@ def ar_loss(pipe, stage: str, model: GPT, data: SimpleNamespace, steps: int):
             # replace their proxies long before the row below reaches them)
             mask, inputs = masks[window], training_inputs(inputs, side, side, window)
             weights = token_weights.get(window)
-        share = budget.background_loss_share
-        reweighted = budget.open_weight != 1.0 or budget.first_start_weight != 1.0
-        if share < 1.0 or reweighted:  # the head on every object token, a share of the background's
-            keep_weights = background_sample(x, share, rng) if share < 1.0 else torch.ones(x.shape, device=x.device)
-            if budget.first_start_weight != 1.0:  # nothing begun yet: an object must begin by its last row
-                first = before_first_object(x)
-                keep_weights = torch.where(first, keep_weights * budget.first_start_weight, keep_weights)
-            if budget.open_weight != 1.0:  # the open cells weighted up (the background's still sampled)
-                keep_weights = torch.where(open_cells(x, side, reach), keep_weights * budget.open_weight, keep_weights)
+        keep_weights = scene_weights(x, budget, side, reach, rng)
+        if keep_weights is not None:  # the head on every object token, a share of the background's
             if weights is not None:
                 keep_weights = keep_weights * weights
             with autocast(device):
@@ -222,8 +215,24 @@ def background_mask(tokens: torch.Tensor) -> torch.Tensor:
 def before_first_object(tokens: torch.Tensor) -> torch.Tensor:
     """``tokens [B, L]`` -> the positions up to and including each scene's first object token
     (``background_mask``), in raster order: where the prefix is all background."""
-    seen = (~background_mask(tokens)).long().cumsum(1)
-    return (seen - (~background_mask(tokens)).long()) == 0
+    objects = (~background_mask(tokens)).long()
+    return objects.cumsum(1) - objects == 0
+
+
+def scene_weights(tokens: torch.Tensor, budget, side: int, reach: int, rng: np.random.Generator):
+    """The loss weights ``[B, L]`` of a batch of scenes ``tokens`` under ``budget``: a sampled share
+    of the background (``background_sample``), the cells before the first object
+    (``first_start_weight``) and the open cells (``open_weight``) weighted up; None when the budget
+    weighs every token alike."""
+    share = budget.background_loss_share
+    if share == 1.0 and budget.open_weight == 1.0 and budget.first_start_weight == 1.0:
+        return None
+    weights = background_sample(tokens, share, rng) if share < 1.0 else torch.ones(tokens.shape, device=tokens.device)
+    if budget.first_start_weight != 1.0:  # nothing begun yet: an object must begin by its last row
+        weights = torch.where(before_first_object(tokens), weights * budget.first_start_weight, weights)
+    if budget.open_weight != 1.0:  # the decisions of a scene (the background's still sampled)
+        weights = torch.where(open_cells(tokens, side, reach), weights * budget.open_weight, weights)
+    return weights
 
 
 def open_cells(tokens: torch.Tensor, side: int, reach: int) -> torch.Tensor:
