@@ -43,7 +43,7 @@ from mulo.sampling import cfg_combine
 from mulo.scenes import parse_prompt
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
-from mulo.train.stages.ar import ar_data, background_mask, held_out, scene_conditions
+from mulo.train.stages.ar import ar_data, background_mask, background_token, held_out, scene_conditions
 
 
 def load_target(pipe: Pipeline, data, weights: Path) -> GPT:
@@ -101,7 +101,7 @@ def reach(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, rows=
     above = torch.zeros_like(obj)
     above[:, side:] = obj[:, :-side]
     eligible = obj & above & (torch.arange(tokens.shape[1]) >= 6 * side)
-    background = torch.mode(tokens, 1).values
+    background = background_token(tokens)
     picked = []
     for i in range(len(tokens)):
         places = torch.nonzero(eligible[i]).flatten()
@@ -172,7 +172,7 @@ def counting(model: GPT, tokens: torch.Tensor, cond: torch.Tensor, side: int, ob
     far = (~near_objects(obj, diagonals=True)).reshape(len(tokens), -1)
     with torch.no_grad():
         logits = model(tokens[:, :-1], cond, view=tokens[:, :-1]).float()
-    background = torch.mode(tokens, dim=1).values
+    background = background_token(tokens)
     index = background[:, None, None].expand(-1, logits.shape[1], 1)
     off = 1 - logits.softmax(-1).gather(-1, index)[..., 0]  # mass off the scene's background token
     cells = torch.arange(side * side)
@@ -220,7 +220,7 @@ def one_object_scenes(pipe: Pipeline, count: int) -> tuple[torch.Tensor, torch.T
     side = pipe.recipe.grid("target")
     tokens = torch.from_numpy(stored[f"tokens{pipe.recipe.px}"][one].astype(np.int64)).reshape(len(one), side * side)
     cond = scene_conditions(pipe, pipe.load_clip(), [str(stored["name"][i]) for i in one]).float()
-    return torch.mode(tokens, dim=1).values, cond
+    return background_token(tokens), cond
 
 
 def held_out_scenes(run: Path, recipe: str, condition: str | None, count: int, weights: Path | None):

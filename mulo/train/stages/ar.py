@@ -206,10 +206,15 @@ def weighted_cross_entropy(head, features: torch.Tensor, targets: torch.Tensor, 
     return (losses * weights.reshape(-1)[keep]).sum() / targets.numel()
 
 
+def background_token(tokens: torch.Tensor) -> torch.Tensor:
+    """``tokens [B, L]`` -> each scene's background ``[B]``: its most common token (the flat field
+    around the objects, ~85 % of a scene)."""
+    return torch.mode(tokens, dim=1).values
+
+
 def background_mask(tokens: torch.Tensor) -> torch.Tensor:
-    """``tokens [B, L]`` -> where each is its scene's background: the scene's most common token
-    (the flat field around the objects, ~85 % of a scene)."""
-    return tokens == torch.mode(tokens, dim=1).values[:, None]
+    """``tokens [B, L]`` -> where each is its scene's background (``background_token``)."""
+    return tokens == background_token(tokens)[:, None]
 
 
 def before_first_object(tokens: torch.Tensor) -> torch.Tensor:
