@@ -160,14 +160,19 @@ class _SampledStep(nn.Module):
         self.tok_embeddings, self.abs_pe, self.output = model.tok_embeddings, model.abs_pe, model.output
         self.neighbour_embeddings = model.neighbour_embeddings
 
-    def forward(self, token, pe_slot, cached_mask, k_cache, v_cache, noise, knobs, top_k, neighbours=None):
+    def forward(self, token, pe_slot, cached_mask, k_cache, v_cache, noise, knobs, top_k, *extras):
         """``token``, ``pe_slot [1]`` int64; ``cached_mask [1, S]`` (the query's own slot excluded);
         the cache as ``_Step``'s; ``noise [1, V]`` exponential; ``knobs``, ``top_k`` from
-        ``graph_knobs``; ``neighbours [1, 3]``: a neighbour-input model's row-above ids. Returns
+        ``graph_knobs``; ``extras``: a neighbour-input model's row-above ids ``[1, 3]``, then a
+        column-object model's position input at the slot ``[B, 1, dim]``. Returns
         ``(hidden [B, 1, dim], probs [1, V], token [1], k, v)``."""
         batch = k_cache.shape[1]
+        extras = list(extras)
+        neighbours = extras.pop(0) if self.neighbour_embeddings is not None else None
         embedded = embed_inputs(self.tok_embeddings, self.neighbour_embeddings, token, neighbours)
         h = embedded[None].expand(batch, -1, -1) + self.abs_pe[0, pe_slot]
+        if extras:
+            h = h + extras.pop(0)
         positions = pe_slot if self.step.config.rotary_2d else None
         hidden, k, v = self.step(h, cached_mask, cached_mask.new_ones(1, 1), k_cache, v_cache, positions)
         logits = self.output(hidden).float()[:, 0]
@@ -212,10 +217,15 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
             torch.zeros(1, dtype=torch.long),
         )  # distinct: export ties aliases
         noise = torch.ones(1, c.vocab_size)
-        module, inputs = _SampledStep(model), (token, pe_slot, cached_mask, cache, cache.clone(), noise, knobs, top_k)
-        dynamic = ({}, {}, {1: keys}, {3: slots}, {3: slots}, {}, {}, {})
+        extras = []  # ``_SampledStep.forward``'s: the row above's ids, the column input
         if c.neighbour_inputs:
-            inputs, dynamic = (*inputs, torch.full((1, c.neighbour_inputs), c.vocab_size)), (*dynamic, {})
+            extras.append(torch.full((1, c.neighbour_inputs), c.vocab_size))
+        if c.column_objects:
+            extras.append(torch.zeros(batch, 1, c.dim))
+        module = _SampledStep(model)
+        inputs = (token, pe_slot, cached_mask, cache, cache.clone(), noise, knobs, top_k, *extras)
+        # (the variable arguments' shapes: one tuple, as export groups them)
+        dynamic = ({}, {}, {1: keys}, {3: slots}, {3: slots}, {}, {}, {}, tuple({} for _ in extras))
     else:
         new_mask = torch.ones(width, width, dtype=torch.bool).tril()
         module, inputs = _Step(model), (torch.zeros(batch, width, c.dim), cached_mask, new_mask, cache, cache.clone())
@@ -395,6 +405,8 @@ class StepCompiler:
         inputs = [torch.tensor([token]), torch.tensor([slot]), seen, cache.k, cache.v, noise, *knobs]
         if neighbours is not None:
             inputs.append(neighbours)
+        if cache.position_inputs is not None:
+            inputs.append(cache.position_inputs[:, slot : slot + 1].contiguous())  # the package assumes dense inputs
         hidden, probs, drawn, k, v = run(inputs)
         cache.k[:, :, :, slot] = k[:, :, :, 0]
         cache.v[:, :, :, slot] = v[:, :, :, 0]

@@ -68,6 +68,8 @@ class ModelRunner:
         self.fixed_shapes = param.device.type != "cpu" if fixed_shapes is None else fixed_shapes
         n_slots = self.n_main + scratch + int(self.fixed_shapes)
         self.cache = KVCache(model.config, batch.shape[0], param.device, param.dtype, n_slots)
+        with torch.no_grad():  # a column-object model's per-request input, read by every pass
+            self.cache.position_inputs = model.position_inputs(batch)
         self.junk = n_slots - 1 if self.fixed_shapes else None
         self.graphs = _graphs(graphs, self.fixed_shapes, model, self.cache)
         self._fed = torch.full((self.n_image,), -1, dtype=torch.long)  # token at each image slot

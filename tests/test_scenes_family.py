@@ -211,10 +211,10 @@ def test_symbol_conditions_are_exact_one_hot_slots_at_the_clip_features_scale():
 def test_training_conditions_follow_the_recipe(tmp_path, cache):
     from dataclasses import replace
 
-    from mulo.families.emoji import scene_symbols
+    from mulo.families.emoji import SceneColumnConditioner, column_symbols, scene_conditioner, scene_symbols
     from mulo.models.text import MiniCLIP, WordTokenizer
     from mulo.train import pipeline
-    from mulo.train.stages.ar import key_prompt, scene_conditions
+    from mulo.train.stages.ar import scene_conditions, stored_scene_prompts
     from mulo.train.stages.export import scene_language
 
     words = train_scenes.language_words(recipes.RECIPES["scenes"].scenes)
@@ -225,12 +225,27 @@ def test_training_conditions_follow_the_recipe(tmp_path, cache):
         "symbols": scene_symbols(texts, scene_language(recipes.RECIPES["scenes"].scenes, "symbols"), 17, 128),
         "placed": scene_symbols(texts, scene_language(recipes.RECIPES["scenes"].scenes, "placed"), 17, 128),
     }
+    # clip_placed: the features, then the placed symbols over exactly the 64 names, 8 colours, 5 styles
+    placed_symbols = column_symbols(texts, scene_language(recipes.RECIPES["scenes"].scenes, "clip_placed"), 17)
+    assert placed_symbols.shape == (2, 17, 77)
+    assert torch.equal(
+        placed_symbols[1].nonzero(),
+        scene_symbols(texts, scene_language(recipes.RECIPES["scenes"].scenes, "placed"), 17, 128)[1].nonzero(),
+    )
+    wanted["clip_placed"] = torch.cat([wanted["clip"], placed_symbols], dim=-1)
     for condition, features in wanted.items():
         recipe = replace(recipes.RECIPES["scenes"], scene_condition=condition)
         pipe = pipeline.Pipeline(tmp_path / condition, tmp_path / "assets", recipe, recipe.smoke, cache=cache)
         assert torch.equal(scene_conditions(pipe, clip, texts), features)
         assert scene_language(recipe.scenes, condition)["condition"] == condition  # what the export writes
-    assert key_prompt("cat+red apple@blue") == "cat and red apple on blue"  # a held-out row's prompt
+    # the stored rows (held-out scenes) by their own prompts: objects in column order, not the key's sorted one
+    pipe = pipeline.Pipeline(tmp_path / "stored", tmp_path / "assets", recipe, recipe.smoke, cache=cache)
+    data = pipe.data
+    assert stored_scene_prompts(pipe, data.keys) == list(data.names)
+    objects = [list(lang.parse_prompt(name).objects) for name in data.names]
+    assert any(names != sorted(names) for names in objects)  # so the order matters to placed symbols
+    with pytest.raises(RuntimeError, match="other scenes"):
+        stored_scene_prompts(pipe, data.keys[::-1])
     with pytest.raises(ValueError, match="scene_condition must be one of 'clip', 'symbols', 'placed'"):
         replace(recipes.RECIPES["scenes"], scene_condition="words")
     # placed symbols: the rotary models turn their object keys to their columns; the draft model has no rotary
@@ -241,6 +256,15 @@ def test_training_conditions_follow_the_recipe(tmp_path, cache):
     assert recipes.RECIPES["scenes"].gpt_config("target", 64, 128).condition_columns == 0
     with pytest.raises(ValueError, match="needs scenes in columns"):
         replace(placed, scenes=replace(placed.scenes, placement="free"))
+    # clip_placed: every model adds its column's object; its features stay the mini-CLIP's width
+    columns = replace(recipes.RECIPES["scenes"], scene_condition="clip_placed")
+    for stage in ("target", "drafter_r2", "draft_model"):
+        config = columns.gpt_config(stage, 64, 128 + 77)
+        assert (config.cond_dim, config.column_objects, config.column_symbols) == (128, 3, 77)
+    language = scene_language(columns.scenes, "clip_placed")
+    conditioner = scene_conditioner(clip, language, 17)
+    assert isinstance(conditioner, SceneColumnConditioner)
+    torch.testing.assert_close(conditioner("Cat and rocket on BLUE in noto style"), wanted["clip_placed"][0])
 
 
 @pytest.mark.slow

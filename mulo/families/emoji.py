@@ -145,6 +145,28 @@ def scene_symbols(texts, language: dict, cond_len: int, width: int) -> torch.Ten
     return features
 
 
+def column_symbols(texts, language: dict, cond_len: int) -> torch.Tensor:
+    """``[len(texts), cond_len, S]``: the placed symbols (``scene_symbols``) one-hot over exactly the
+    S names, colours and styles of ``language``: the channels a ``GPTConfig.column_objects`` model
+    reads after its mini-CLIP features."""
+    width = len(language["names"]) + len(language["palette"]) + len(language["styles"])
+    return scene_symbols(texts, {**language, "condition": "placed"}, cond_len, width)
+
+
+class SceneColumnConditioner(ScenePromptConditioner):
+    """A scenes family whose models read the prompt's mini-CLIP features and its placed symbols
+    (``column_symbols``), the latter added at every slot by its column (``GPTConfig.column_objects``)."""
+
+    def __init__(self, clip: MiniCLIP, language: dict):
+        super().__init__(clip, language)
+        self.language = dict(language)
+
+    def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
+        features = super().__call__(prompt, seed)
+        symbols = column_symbols([self.canonical(prompt)], self.language, features.shape[0])[0]
+        return torch.cat([features, symbols.to(features)], dim=-1)
+
+
 class SceneSymbolConditioner(ScenePromptConditioner):
     """A scenes family whose models read the prompt's symbols (``scene_symbols``), not its words'
     mini-CLIP features: which emoji, colour and style, exactly."""
@@ -161,6 +183,8 @@ def scene_conditioner(clip: MiniCLIP, language: dict, cond_len: int) -> ScenePro
     """The conditioner ``language`` (a scenes family's ``scenes.json``) asks for."""
     if language.get("condition", "clip") in ("symbols", "placed"):
         return SceneSymbolConditioner(clip, language, cond_len)
+    if language.get("condition") == "clip_placed":
+        return SceneColumnConditioner(clip, language)
     return ScenePromptConditioner(clip, language)
 
 

@@ -17,7 +17,7 @@ import torch
 
 from mulo.families.base import Family
 from mulo.models.eagle import head_for
-from mulo.models.gpt import GPT, GPTConfig, init_random_
+from mulo.models.gpt import GPT, GPTConfig, init_random_, placed_slot
 from mulo.models.patch_vq import PatchCodebook
 from mulo.models.upsample import TokenUpsampler
 from mulo.models.vq import PatchTokenizer
@@ -26,6 +26,7 @@ GRID = 8
 VOCAB = 128
 COND_LEN = 4
 COND_DIM = 16
+PLACED_SYMBOLS = 8  # a column-object toy's symbol table (``PlacedWords``)
 
 
 class HashedWords:
@@ -59,6 +60,26 @@ class HashedWords:
         return torch.stack(vectors)
 
 
+class PlacedWords(HashedWords):
+    """``HashedWords`` and, after them, ``symbols`` channels of placed symbols (``mulo.models.gpt.
+    placed_slot``), as a ``GPTConfig.column_objects`` scenes model reads them: the prompt's first
+    words (up to ``objects``) are its objects, left to right, each one-hot by its CRC32; its last
+    word, the background (slot 0)."""
+
+    def __init__(self, cond_len: int, cond_dim: int, seed: int, objects: int, symbols: int):
+        super().__init__(cond_len, cond_dim, seed)
+        self.objects, self.symbols = objects, symbols
+
+    def __call__(self, prompt: str, seed: int = 0) -> torch.Tensor:
+        words = prompt.lower().split()
+        placed = torch.zeros(self.cond_len, self.symbols)
+        count = min(len(words), self.objects)
+        for k, word in enumerate(words[:count]):
+            placed[placed_slot(count, k), zlib.crc32(word.encode()) % self.symbols] = 1.0
+        placed[0, zlib.crc32(words[-1].encode()) % self.symbols] += 1.0
+        return torch.cat([super().__call__(prompt, seed), placed], dim=-1)
+
+
 def _gpt(seed: int, side: int, preset: str = "test-tiny", **overrides) -> GPT:
     config = GPTConfig.preset(
         preset,
@@ -78,11 +99,15 @@ def load(name: str = "toy", device: str = "cpu") -> Family:
     return build().to(device)
 
 
-def build(seed: int = 0, grid: int = GRID, neighbour_inputs: int = 0, rotary_2d: bool = False) -> Family:
+def build(
+    seed: int = 0, grid: int = GRID, neighbour_inputs: int = 0, rotary_2d: bool = False, column_objects: int = 0
+) -> Family:
     """The toy family on a ``grid`` x ``grid`` target (8 by default; larger for tests of scale);
-    ``neighbour_inputs`` and ``rotary_2d`` (``GPTConfig``'s) for every model, as a scenes family may
-    have them."""
+    ``neighbour_inputs``, ``rotary_2d`` and ``column_objects`` (``GPTConfig``'s; the last with
+    ``PlacedWords`` conditions over 8 symbols) for every model, as a scenes family may have them."""
     shape = dict(neighbour_inputs=neighbour_inputs, rotary_2d=rotary_2d)
+    if column_objects:
+        shape.update(column_objects=column_objects, column_symbols=PLACED_SYMBOLS)
     target = _gpt(seed, grid, **shape)
     drafters = {r: _gpt(seed + i, grid // r, **shape) for i, r in ((1, 2), (2, 4))}
     draft_model = init_random_(
@@ -110,7 +135,9 @@ def build(seed: int = 0, grid: int = GRID, neighbour_inputs: int = 0, rotary_2d:
         target,
         drafters,
         PatchTokenizer(vq_model),
-        HashedWords(COND_LEN, COND_DIM, seed),
+        PlacedWords(COND_LEN, COND_DIM, seed, column_objects, PLACED_SYMBOLS)
+        if column_objects
+        else HashedWords(COND_LEN, COND_DIM, seed),
         draft_model=draft_model,
         upsamplers=upsamplers,
         eagle_head=init_random_(head_for(target), seed + 8, std=0.3),

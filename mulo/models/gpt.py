@@ -176,6 +176,17 @@ class GPTConfig:
     # centre of the k-th of n equal columns (the column axis only), so "the object of my column" is
     # one rotary relation, not a count of names to learn. 0: condition keys turn by nothing.
     condition_columns: int = 0
+    # A scenes model whose condition also carries the prompt's placed symbols (``placed_slot``'s
+    # slots, one-hot over ``column_symbols`` names, colours and styles) as ``column_symbols`` channels
+    # after its ``cond_dim`` features: the slot predicting (r, c) adds a learnt projection of the
+    # background's symbols and of the symbols of the object whose column holds c (the k-th of n
+    # objects for c in the k-th of n equal columns), as a class-conditional model adds its class to
+    # every token. Why: read through the condition slots by attention, the prompt moved the first
+    # row of an object the target began from 0.735 top-1 (null condition) to 0.813 only, and an object
+    # the target began was never the named one (docs/notebook/session-2026-11-30-hazard.md). Zero-init,
+    # so a trained model gains the input unchanged. 0: off.
+    column_objects: int = 0
+    column_symbols: int = 0
 
     @classmethod
     def preset(cls, name: str, **overrides) -> GPTConfig:
@@ -212,6 +223,14 @@ class GPTConfig:
             raise ValueError(
                 f"{self.condition_columns} objects by count and place need {placed_slots(self.condition_columns)} "
                 f"condition slots; the model has {self.cond_len}"
+            )
+
+        if bool(self.column_objects) != bool(self.column_symbols) or min(self.column_objects, self.column_symbols) < 0:
+            raise ValueError("column_objects and column_symbols go together: both positive or both 0")
+        if self.column_objects and (self.cond_type != "features" or placed_slots(self.column_objects) > self.cond_len):
+            raise ValueError(
+                f"column_objects reads {placed_slots(self.column_objects)} placed slots of feature conditions; "
+                f"the model has {self.cond_len} {self.cond_type} slots"
             )
 
     @property
@@ -277,6 +296,7 @@ class KVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.written = torch.zeros(n_slots, dtype=torch.bool, device=device)
+        self.position_inputs = None  # a column-object model's ``GPT.position_inputs``, set by its runner
 
     @property
     def n_slots(self) -> int:
@@ -386,6 +406,10 @@ class GPT(nn.Module):
                 config.cond_len, *config.grid_hw, config.head_dim, config.rotary_still, config.condition_columns
             )
         self.register_buffer("rotary", tables, persistent=False)
+        self.column_input = None
+        if config.column_objects:
+            self.column_input = nn.Linear(config.column_symbols, config.dim, bias=False)
+            nn.init.zeros_(self.column_input.weight)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
@@ -394,6 +418,8 @@ class GPT(nn.Module):
     def embed_condition(self, cond: torch.Tensor) -> torch.Tensor:
         """``cond``: features [B, T, cond_dim], class ids [B] or index sequences [B, T]."""
         if self.config.cond_type == "features":
+            if self.config.column_symbols:  # the placed symbols' channels are read by position_inputs
+                cond = cond[..., : self.config.cond_dim]
             return self.clip_proj(cond.to(self.clip_proj.weight.dtype))
         if self.config.cond_type == "class":
             cond = cond.reshape(-1, 1)
@@ -429,6 +455,27 @@ class GPT(nn.Module):
         neighbours = self.neighbours_of(tokens if view is None else view, predicted)
         return torch.cat([x, self.embed_tokens(tokens, neighbours)], dim=1)
 
+    def position_inputs(self, cond: torch.Tensor) -> torch.Tensor | None:
+        """What a ``column_objects`` model adds at each slot for the conditions ``cond [B, T, C]``:
+        ``[B, n_positions, dim]``, zero on the condition slots that predict no cell; None for
+        another model. The object count is the n whose first placed slot holds symbols (the null
+        condition, all zero, adds nothing)."""
+        c = self.config
+        if not c.column_objects:
+            return None
+        symbols = cond[..., c.cond_dim :].to(self.column_input.weight.dtype)  # [B, T, S]
+        filled = symbols.abs().sum(-1) > 0
+        count = sum(n * filled[:, placed_slot(n, 0)].long() for n in range(1, c.column_objects + 1))
+        count = count.clamp(max=c.column_objects)[:, None]  # [B, 1]
+        height, width = c.grid_hw
+        k = torch.arange(width, device=cond.device) * count // width  # each column's object [B, W]
+        slot = 1 + count * (count - 1) // 2 + k  # placed_slot(count, k); count 0 reads an empty slot
+        objects = torch.gather(symbols, 1, slot[..., None].expand(-1, -1, symbols.shape[-1]))
+        by_column = self.column_input(objects + symbols[:, :1])  # with the background: [B, W, dim]
+        table = by_column.new_zeros(cond.shape[0], c.n_positions, c.dim)
+        table[:, c.cond_len - 1 :] = by_column.repeat(1, height, 1)  # slot T - 1 + u predicts cell u
+        return table
+
     # -- forward ------------------------------------------------------------------------
     def rotary_at(self, positions: torch.Tensor) -> torch.Tensor | None:
         """The query and key turns ``[2, Q, head_dim // 2, 2]`` of inputs at position slots
@@ -442,6 +489,7 @@ class GPT(nn.Module):
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
         pe_slots: torch.Tensor | None = None,
+        position_inputs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Run embedded inputs ``x [B, Q, dim]`` placed at ``slots [Q]``; returns the normalised
         last hidden state ``[B, Q, dim]`` (the output head's input, EAGLE's "feature").
@@ -451,11 +499,16 @@ class GPT(nn.Module):
         Without a cache, ``mask [Q, Q]`` is over the inputs themselves (causal when None).
         ``pe_slots`` (default ``slots``) picks each input's position embedding: a draft-tree node
         is written to a scratch slot past the image but sits at its image position.
+        ``position_inputs``: ``position_inputs(cond)`` (default: the cache's, which a runner sets).
         """
         if cache is not None:  # (without one, a None mask reaches the attention as is_causal)
             mask = cache.admit(slots, mask)
         positions = slots if pe_slots is None else pe_slots
         h = x + self.abs_pe[0, positions].to(x.dtype)
+        if position_inputs is None and cache is not None:
+            position_inputs = cache.position_inputs
+        if position_inputs is not None:
+            h = h + position_inputs[:, positions].to(x.dtype)
         if self.compiled is not None and cache is not None and x.shape[1] <= self.compiled.max_queries:
             hidden = self.compiled.run(h, mask, cache, slots, positions)  # a narrow pass: compiled (mulo.compiled)
             if hidden is not None:
@@ -491,9 +544,9 @@ class GPT(nn.Module):
         x = self.embed_sequence(cond, tokens, view)
         n_cond = x.shape[1] - (0 if tokens is None else tokens.shape[1])
         slots = torch.arange(x.shape[1], device=x.device)
-        if hidden:
-            return self.forward_hidden(x, slots, mask)[:, n_cond - 1 :]
-        return self.forward_embeddings(x, slots, mask)[:, n_cond - 1 :]
+        hidden_states = self.forward_hidden(x, slots, mask, position_inputs=self.position_inputs(cond))
+        hidden_states = hidden_states[:, n_cond - 1 :]
+        return hidden_states if hidden else self.output(hidden_states).float()
 
 
 def init_random_(model: nn.Module, seed: int, std: float = 0.02) -> nn.Module:

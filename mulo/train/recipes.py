@@ -219,7 +219,7 @@ class Hyper:
     eagle_lr: float = 1e-3
 
 
-SCENE_CONDITIONS = ("clip", "symbols", "placed")
+SCENE_CONDITIONS = ("clip", "symbols", "placed", "clip_placed")
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,9 @@ class Recipe:
     # How a scenes family's models read a prompt: "clip" (the mini-CLIP's word features),
     # "symbols" (its background, names and styles as one-hot slots, ``mulo.scenes.symbol_slots``) or
     # "placed" (those slots by object count and place, their keys turned to their columns by a
-    # rotary model: ``GPTConfig.condition_columns``; scenes in columns)
+    # rotary model: ``GPTConfig.condition_columns``; scenes in columns) or "clip_placed" (the
+    # mini-CLIP's features, and the placed symbols added at every slot by its column:
+    # ``GPTConfig.column_objects``; scenes in columns)
     scene_condition: str = "clip"
 
     def __post_init__(self):
@@ -256,8 +258,12 @@ class Recipe:
             raise ValueError(
                 f"scene_condition must be one of {', '.join(map(repr, SCENE_CONDITIONS))}, not {self.scene_condition!r}"
             )
-        if self.scene_condition == "placed" and (self.scenes is None or self.scenes.placement != "columns"):
-            raise ValueError("scene_condition 'placed' reads objects by their column: it needs scenes in columns")
+        if self.scene_condition in ("placed", "clip_placed") and (
+            self.scenes is None or self.scenes.placement != "columns"
+        ):
+            raise ValueError(
+                f"scene_condition {self.scene_condition!r} reads objects by their column: it needs scenes in columns"
+            )
 
     @property
     def sizes(self) -> tuple[int, int, int]:
@@ -268,11 +274,24 @@ class Recipe:
         side = self.px // self.patch
         return {"target": side, "drafter_r2": side // 2, "drafter_r4": side // 4, "draft_model": side}[stage]
 
+    def condition_width(self, feature_width: int) -> int:
+        """The width of a condition row of this recipe's models, for text features ``feature_width``
+        wide: wider by the placed symbols' channels under ``clip_placed``."""
+        if self.scene_condition != "clip_placed":
+            return feature_width
+        return feature_width + len(self.scenes.names) + len(self.scenes.backgrounds) + len(self.scenes.styles)
+
     def gpt_config(self, stage: str, vocab: int, cond_dim: int) -> GPTConfig:
+        """``stage``'s model for a codebook of ``vocab`` and conditions ``cond_dim`` wide (all of a
+        condition row: ``condition_width``)."""
         side = self.grid(stage)
         sizes = dict(self.draft_model if stage == "draft_model" else self.target)
         if self.scene_condition == "placed" and sizes.get("rotary_2d"):
             sizes["condition_columns"] = self.scenes.max_objects
+        if self.scene_condition == "clip_placed":  # the condition's last channels: the placed symbols
+            symbols = self.condition_width(0)
+            sizes.update(column_objects=self.scenes.max_objects, column_symbols=symbols)
+            cond_dim -= symbols
         return GPTConfig(vocab_size=vocab, max_seq_len=side * side, cond_len=COND_LEN + 1, cond_dim=cond_dim, **sizes)
 
 

@@ -29,6 +29,7 @@ import torch
 from mulo.eval.referee import MAX_RMSE, Referee
 from mulo.sampling import logits_to_probs
 from mulo.train import scenes
+from mulo.train.recipes import SCENE_CONDITIONS
 
 sys.path.insert(0, str(Path(__file__).parent))  # a sibling script, not a package
 from scenes_misses import held_out_scenes, object_boxes  # noqa: E402
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument("--scenes", type=int, default=32, help="held-out scenes, one object box each")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--condition", choices=("clip", "symbols", "placed"), help="how the target reads a prompt")
+    parser.add_argument("--condition", choices=SCENE_CONDITIONS, help="how the target reads a prompt")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--given", default="0,1,4", help="box rows given before sampling, per variant")
     args = parser.parse_args()

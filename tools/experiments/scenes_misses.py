@@ -42,7 +42,7 @@ from mulo.models.gpt import GPT
 from mulo.sampling import cfg_combine
 from mulo.scenes import parse_prompt
 from mulo.train.pipeline import Pipeline
-from mulo.train.recipes import RECIPES
+from mulo.train.recipes import RECIPES, SCENE_CONDITIONS
 from mulo.train.stages.ar import ar_data, background_mask, background_token, held_out, scene_conditions
 
 
@@ -244,7 +244,7 @@ def main() -> None:
     parser.add_argument("--weights", type=Path, help="a state dict or checkpoint (default RUN/target.best)")
     parser.add_argument("--recipe", default="scenes")
     parser.add_argument("--scenes", type=int, default=96, help="held-out scenes read")
-    parser.add_argument("--condition", choices=("clip", "symbols", "placed"), help="how the target reads a prompt")
+    parser.add_argument("--condition", choices=SCENE_CONDITIONS, help="how the target reads a prompt")
     args = parser.parse_args()
     pipe, model, tokens, cond = held_out_scenes(args.run, args.recipe, args.condition, args.scenes, args.weights)
     side = pipe.recipe.grid("target")

@@ -29,7 +29,7 @@ import torch
 from mulo.models.gpt import GPT, GPTConfig
 from mulo.runner import ModelRunner
 from mulo.train.pipeline import Pipeline
-from mulo.train.recipes import RECIPES
+from mulo.train.recipes import RECIPES, SCENE_CONDITIONS
 from mulo.train.stages.ar import scene_conditions, stage_ar
 
 SHARED = ("clip.pt", "clip_vocab.json", "vq.pt", "tokens.npz", "scenes")
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--scene", **field, help="a SceneConfig field (needs --encode), e.g. object_px=24")
     parser.add_argument("--zipar-share", type=float, default=None)
     parser.add_argument("--budget", **field, help="a Budget field, e.g. open_weight=8")
-    parser.add_argument("--condition", choices=("clip", "symbols", "placed"), help="how the target reads a prompt")
+    parser.add_argument("--condition", choices=SCENE_CONDITIONS, help="how the target reads a prompt")
     parser.add_argument("--sample", type=int, default=0, help="then judge AR samples of this many evaluation prompts")
     parser.add_argument("--sprites", type=Path, help="the referee's sprites (a scenes export's referee_sprites.npz)")
     parser.add_argument("--cfg", type=float, default=3.0)

@@ -48,7 +48,7 @@ def target_family(pipe: Pipeline) -> tuple[Family, object, int]:
     target alone), its mini-CLIP and its step."""
     weights, step = latest_target(pipe)
     clip = pipe.load_clip()
-    target = GPT(pipe.recipe.gpt_config("target", pipe.codes, clip.cond_dim))
+    target = GPT(pipe.recipe.gpt_config("target", pipe.codes, pipe.recipe.condition_width(clip.cond_dim)))
     target.load_state_dict(weights)
     if pipe.recipe.scenes:  # prompts read by the scenes grammar, as the exported family reads them
         language = scene_language(pipe.recipe.scenes, pipe.recipe.scene_condition)

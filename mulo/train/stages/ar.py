@@ -13,7 +13,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mulo import scenes as scene_language
 from mulo.methods.zipar import proxied_targets, training_inputs, training_mask
 from mulo.models.gpt import GPT
 from mulo.train import styles
@@ -308,8 +307,8 @@ def ar_data(pipe, side: int) -> SimpleNamespace:
         from mulo.train.stages.scene_tokens import SceneTokens
 
         fresh = SimpleNamespace(scenes=SceneTokens(pipe), clip=pipe.load_clip(), px=side * pipe.recipe.patch)
-        if pipe.recipe.scene_condition != "clip":  # the stored rows (held out) by their keys' prompts
-            conds = {"cond_name": scene_conditions(pipe, fresh.clip, [key_prompt(k) for k in keys]).cpu()}
+        if pipe.recipe.scene_condition != "clip":  # the stored rows (held out) by their prompts
+            conds = {"cond_name": scene_conditions(pipe, fresh.clip, stored_scene_prompts(pipe, keys)).cpu()}
     return SimpleNamespace(
         fresh=fresh,
         tokens=torch.from_numpy(z[f"tokens{side * 4}"].astype(np.int64)).reshape(len(source), -1),
@@ -371,20 +370,31 @@ def fresh_batch(pipe, fresh: SimpleNamespace, rng: np.random.Generator, batch: i
 def scene_conditions(pipe, clip, texts) -> torch.Tensor:
     """``[len(texts), T, C]``: scenes prompts or descriptions as the recipe's models read them (the
     mini-CLIP's word features, or the prompt's symbols: ``mulo.families.emoji.scene_symbols``)."""
-    if pipe.recipe.scene_condition != "clip":  # symbols, placed or not
-        from mulo.families.emoji import scene_symbols
-        from mulo.train.stages.export import scene_language
+    features = None
+    if pipe.recipe.scene_condition in ("clip", "clip_placed"):
+        features = clip.condition_features(clip.tokenizer.batch(texts).to(pipe.device))
+    if pipe.recipe.scene_condition == "clip":
+        return features
+    from mulo.families.emoji import column_symbols, scene_symbols
+    from mulo.train.stages.export import scene_language
 
-        language = scene_language(pipe.recipe.scenes, pipe.recipe.scene_condition)
-        return scene_symbols(texts, language, clip.cond_len, clip.cond_dim).to(pipe.device)
-    return clip.condition_features(clip.tokenizer.batch(texts).to(pipe.device))
+    language = scene_language(pipe.recipe.scenes, pipe.recipe.scene_condition)
+    if features is not None:  # clip_placed: the features, then the placed symbols' channels
+        return torch.cat([features, column_symbols(texts, language, clip.cond_len).to(features)], dim=-1)
+    return scene_symbols(texts, language, clip.cond_len, clip.cond_dim).to(pipe.device)
 
 
-def key_prompt(key: str) -> str:
-    """The prompt of a scene's key ("cat+rocket@blue", ``mulo.train.scenes.Scene.key``): its emoji
-    and background, no style."""
-    names, background = key.split("@")
-    return scene_language.format_prompt(names.split("+"), background)
+def stored_scene_prompts(pipe, keys) -> list[str]:
+    """The prompts of the scenes tokens.npz holds (``SceneStream.data``'s: the training scenes, then
+    the held-out ones), objects in their prompt's order: the order placed symbols put in columns (a
+    key sorts its names, so a prompt rebuilt from it put held-out objects in the wrong columns)."""
+    from mulo.train.scenes import HELD_OUT, TRAIN, describe
+
+    stream, budget = pipe.scene_stream, pipe.budget
+    shown = stream.scenes(0, budget.images, TRAIN) + stream.scenes(0, budget.held_out_scenes, HELD_OUT)
+    if [s.key for s in shown] != list(keys):
+        raise RuntimeError(f"{pipe.run / 'tokens.npz'} holds other scenes than the recipe's: delete it to re-encode")
+    return [describe(s)[0] for s in shown]
 
 
 def held_out(pipe, data: SimpleNamespace) -> dict[str, np.ndarray]:

@@ -44,7 +44,7 @@ def train_eagle_head(pipe) -> None:
         embedded = target.embed_sequence(cond, x[:, :-1])
         slots = torch.arange(embedded.shape[1], device=pipe.device)
         with autocast(pipe.device):
-            features = target.forward_hidden(embedded, slots)
+            features = target.forward_hidden(embedded, slots, position_inputs=target.position_inputs(cond))
         return embedded, features.float()
 
     def head_loss(x, cond, noise: float, rng=None):
