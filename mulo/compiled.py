@@ -224,8 +224,9 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
             extras.append(torch.zeros(batch, 1, c.dim))
         module = _SampledStep(model)
         inputs = (token, pe_slot, cached_mask, cache, cache.clone(), noise, knobs, top_k, *extras)
-        # (the variable arguments' shapes: one tuple, as export groups them)
-        dynamic = ({}, {}, {1: keys}, {3: slots}, {3: slots}, {}, {}, {}, tuple({} for _ in extras))
+        dynamic = ({}, {}, {1: keys}, {3: slots}, {3: slots}, {}, {}, {})
+        if extras:  # the variable arguments' shapes: one tuple, as export groups them
+            dynamic = (*dynamic, tuple({} for _ in extras))
     else:
         new_mask = torch.ones(width, width, dtype=torch.bool).tril()
         module, inputs = _Step(model), (torch.zeros(batch, width, c.dim), cached_mask, new_mask, cache, cache.clone())
