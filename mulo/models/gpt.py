@@ -469,7 +469,7 @@ class GPT(nn.Module):
         count = count.clamp(max=c.column_objects)[:, None]  # [B, 1]
         height, width = c.grid_hw
         k = torch.arange(width, device=cond.device) * count // width  # each column's object [B, W]
-        slot = 1 + count * (count - 1) // 2 + k  # placed_slot(count, k); count 0 reads an empty slot
+        slot = placed_slot(count, k)  # count 0 reads slot 1, empty
         objects = torch.gather(symbols, 1, slot[..., None].expand(-1, -1, symbols.shape[-1]))
         by_column = self.column_input(objects + symbols[:, :1])  # with the background: [B, W, dim]
         table = by_column.new_zeros(cond.shape[0], c.n_positions, c.dim)

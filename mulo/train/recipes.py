@@ -258,9 +258,7 @@ class Recipe:
             raise ValueError(
                 f"scene_condition must be one of {', '.join(map(repr, SCENE_CONDITIONS))}, not {self.scene_condition!r}"
             )
-        if self.scene_condition in ("placed", "clip_placed") and (
-            self.scenes is None or self.scenes.placement != "columns"
-        ):
+        if self.scene_condition.endswith("placed") and getattr(self.scenes, "placement", None) != "columns":
             raise ValueError(
                 f"scene_condition {self.scene_condition!r} reads objects by their column: it needs scenes in columns"
             )
