@@ -140,7 +140,7 @@ def test_a_clip_target_restarts_as_a_column_object_trial_with_its_moments():
 
     from mulo.train.recipes import RECIPES
 
-    clip_recipe = RECIPES["scenes"]
+    clip_recipe = dataclasses.replace(RECIPES["scenes"], scene_condition="clip")
     trained = GPT(clip_recipe.gpt_config("target", 64, 16))
     opt = torch.optim.AdamW(trained.parameters(), weight_decay=0.05)
     trained(torch.zeros(1, 8, dtype=torch.long), torch.randn(1, 17, 16)).sum().backward()
@@ -162,3 +162,26 @@ def test_a_clip_target_restarts_as_a_column_object_trial_with_its_moments():
     assert (state["step"], state["warm_from"], state["curve"]) == (6500, 6500, [])
     with pytest.raises(ValueError, match="do not fit"):
         restart(source, clip_recipe, 16, 32, 6500)  # another codebook
+
+
+def test_a_drafter_restarts_on_its_own_grid_and_schedule():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "experiments"))
+    from restart_target import restart
+
+    from mulo.train.recipes import RECIPES
+
+    clip_recipe = dataclasses.replace(RECIPES["scenes"], scene_condition="clip")
+    trained = GPT(clip_recipe.gpt_config("drafter_r4", 64, 16))
+    columns = dataclasses.replace(clip_recipe, scene_condition="clip_placed")
+    state = restart(trained.state_dict(), columns, 16, 64, 2000, "drafter_r4")
+    model = GPT(columns.gpt_config("drafter_r4", 64, columns.condition_width(16)))
+    model.load_state_dict(state["model"])
+    assert model.config.grid_hw == (8, 8) and model.config.column_objects == 3
+    assert state["steps"] == clip_recipe.budget.drafter_steps
+    with pytest.raises(ValueError, match="not within drafter_r4's"):
+        restart(trained.state_dict(), columns, 16, 64, clip_recipe.budget.drafter_steps, "drafter_r4")
+    with pytest.raises(ValueError, match="do not fit the target model"):
+        restart(trained.state_dict(), columns, 16, 64, 2000)  # an 8 x 8 model is no 32 x 32 target

@@ -448,9 +448,7 @@ STAGES += ("upsampler_r2", "upsampler_r4", "eagle", "export", "card")
 # 32 px from a vocabulary of 64 in five styles (``mulo.scenes``, ``mulo.train.scenes``), at
 # twemoji's geometry (32x32 target tokens of 4 px; drafters 16x16 at r = 2 and 8x8 at r = 4), with
 # its own VQ: twemoji's reconstructions keep the referee at 0.04 (benchmarks/scenes-referee.json).
-# Sized for the issue's 6 CPU-hours on 2 cores by measured step times (the comment below the
-# budget). A scene's layout, not a memorised image, is what the target learns, so it is narrow
-# (128, half twemoji's 256) and sees every scene once.
+# Sized by measured step times (below the budget): a narrow target (128) that sees every scene once.
 # Every model reads the row above (``GPTConfig.neighbour_inputs``): with it the target's held-out
 # object tokens reached 64 % top-1 after 800 steps, against 27 % after 1,050 without
 # (docs/notebook/session-2026-11-29-neighbours.md).
@@ -466,10 +464,8 @@ FULL_SCENES = replace(
     held_out_scenes=512,
     clip_steps=1000,
     vq_steps=1200,
-    # 160,000 fresh scenes at 16 a batch. The first full run (learnt positions only) began at 5,000
-    # steps and was lengthened to 10,000 at step 3,250: at step 2,500 its free-running samples were
-    # fragments although teacher-forced object tokens under an object were 97 % right
-    # (docs/notebook/session-2026-11-29-second-cycle.md); the rotary target starts at 10,000.
+    # 160,000 fresh scenes at 16 a batch: at 2,500 steps samples were fragments though teacher-forced
+    # object tokens under an object were 97 % right (docs/notebook/session-2026-11-29-second-cycle.md).
     ar_steps=10000,
     ar_batch=16,
     background_loss_share=0.1,
@@ -486,12 +482,14 @@ FULL_SCENES = replace(
     # Noisy teacher forcing from 40 % of the steps on: at step 3,000, one wrong token above an object
     # token cut the target's top-1 there from 97 % to ~50 % (one to its left: ~43 %), so a miss in a
     # free-running sample was copied down the object (docs/notebook/session-2026-11-29-second-cycle.md).
-    # Replacements from the scene itself (mostly its background) ran steps 4,000-4,450: robustness rose
-    # to ~62 %, but inputs turned background inside objects taught the target that an object goes on
-    # after background, and AR drew more stray pieces; any code (a wrong object piece) from step 4,450.
+    # Replacements from the scene itself (mostly background) taught it that an object goes on after
+    # background (more stray pieces); any code (a wrong object piece) instead.
     input_noise=0.05,
     input_noise_from=0.4,
     input_noise_kind="codes",
+    # The cells before the first object 25x: a blank canvas in 16-20 % of one-object samples came
+    # from a start probability near the data's marginal, not its conditional (the hazard notebook).
+    first_start_weight=25.0,
     # A quarter of the steps under ZipAR's view: with the row above fed, the trial's target scored
     # 0.371 under ZipAR's view (window 4) without ever training in it, 0.386 with half its steps
     # there, and learnt objects a little faster without (40.7 % against 38.2 % at 400 steps).
@@ -499,11 +497,9 @@ FULL_SCENES = replace(
     proxy_weight=8.0,
 )
 # Measured alone on the 2 cores (docs/notebook/session-2026-11-29-sizing.md): a target step of 16
-# scenes at width 128 takes 1.92 s with the background-sampled loss (2,048 codes; 2.06 s at 4,096;
-# 2.67 s with the loss on every position; width 192: 3.29 s; 96: 1.38 s). The profile is the
-# body's matrix products (41 %) and the attention over 1,040 slots (44 %), ~100 GFLOP/s: near the
-# cores' floor, so scenes a CPU-hour come only from a smaller model. 5,000 steps: 2.7 hours. The
-# other stages' times: the study's runs (report.json's stage_seconds).
+# scenes at width 128 takes 1.92 s with the background-sampled loss (2.06 s at 4,096 codes; 2.67 s
+# with the loss on every position; width 192: 3.29 s; 96: 1.38 s); the profile: matrix products
+# 41 %, attention over 1,040 slots 44 %, ~100 GFLOP/s, near the cores' floor.
 RECIPES["scenes"] = Recipe(
     "scenes",
     px=128,
@@ -542,6 +538,9 @@ RECIPES["scenes"] = Recipe(
     # prompt saved 0.53 nats at an object's start tokens, was 0.30
     # (docs/notebook/session-2026-11-30-columns.md).
     scenes=SceneConfig(placement="columns"),
+    # Each slot also reads its column's named object (``GPTConfig.column_objects``): held-out loss
+    # 0.0230 against 0.0258, named objects found in AR 10/44 against 5/44 (the column-input notebook).
+    scene_condition="clip_placed",
     # A codebook of 4 px pixel squares, not a VQModel: the best conv VQ trained here (tiled, spatial
     # decoder, 3,000 steps, 65 CPU-minutes) drew the objects at 17.5 dB and kept the referee at 0.59,
     # flattening, where k-means of the squares takes a minute (benchmarks/scenes-vq-study.json).
@@ -589,11 +588,13 @@ STUDY_CANDIDATES = {
     ),
 }
 for _name, (_, _scene, _models) in STUDY_CANDIDATES.items():
+    _placed = replace(RECIPES["scenes"].scenes, **_scene)
     RECIPES[_name] = replace(
         RECIPES["scenes"],
         family=_name,
         vq_codes=(2048,),  # the smallest codebook that clears the referee's bar
         budget=STUDY_SCENES,
-        scenes=replace(RECIPES["scenes"].scenes, **_scene),
+        scenes=_placed,  # placed symbols need columns: other placements read the mini-CLIP alone
+        scene_condition=RECIPES["scenes"].scene_condition if _placed.placement == "columns" else "clip",
         **_models,
     )

@@ -1,14 +1,16 @@
-"""A scenes target's weights as a trial's checkpoint, restarted at step S of the same cosine.
+"""A scenes AR model's weights as a checkpoint, restarted at step S of its stage's cosine.
 
-A trial warm from a trained target (``scenes_target.py`` resumes from RUN/target.ckpt): its
-weights (a state dict, fp16 or not, or a checkpoint), loaded into the recipe's target under the
-trial's condition; an input the weights lack (``column_input`` when ``--condition clip_placed``
-meets a ``clip`` target) starts at its zero initialisation, so the model computes what it did.
+A trial warm from a trained target (``scenes_target.py`` resumes from RUN/target.ckpt), or a run's
+stage carried over to another condition (``python -m mulo train`` resumes from RUN/STAGE.ckpt): its
+weights (a state dict, fp16 or not, or a checkpoint), loaded into the recipe's model for the stage
+under the condition; an input the weights lack (``column_input`` when ``--condition clip_placed``
+meets a ``clip`` model) starts at its zero initialisation, so the model computes what it did.
 Adam's moments are kept, by parameter name, when the source is a checkpoint that has them; the
 learning rate warms up again from step S either way (``mulo.train.loop.resume``).
 
     python tools/experiments/restart_target.py tools/resume/scenes-cols/target-best9900-fp16.pt \\
         runs/exp/cols --step 6500 --condition clip_placed
+    python tools/experiments/restart_target.py runs/scenes/drafter_r2.pt runs/scenes --stage drafter_r2 --step 2000
 """
 
 from __future__ import annotations
@@ -27,17 +29,23 @@ from mulo.train.recipes import RECIPES, SCENE_CONDITIONS
 ZERO_INIT = ("column_input.weight",)  # inputs a trained target may lack and gain unchanged
 
 
-def restart(source: dict, recipe, clip_width: int, codes: int, step: int) -> dict:
+STAGE_STEPS = {"target": "ar_steps", "draft_model": "draft_model_steps"}  # the drafters': drafter_steps
+
+
+def restart(source: dict, recipe, clip_width: int, codes: int, step: int, stage: str = "target") -> dict:
     """The checkpoint (``mulo.train.loop.save``'s keys) of ``source`` (weights or a checkpoint)
-    restarted at ``step``."""
+    restarted at ``step`` as ``stage``'s model."""
     weights = {k: v.float() for k, v in source.get("model", source).items()}
-    model = GPT(recipe.gpt_config("target", codes, recipe.condition_width(clip_width)))
+    model = GPT(recipe.gpt_config(stage, codes, recipe.condition_width(clip_width)))
+    steps = getattr(recipe.budget, STAGE_STEPS.get(stage, "drafter_steps"))
+    if not 0 <= step < steps:
+        raise ValueError(f"step {step} is not within {stage}'s {steps} steps")
     try:
         missing, unexpected = model.load_state_dict(weights, strict=False)
     except RuntimeError as exc:  # a shape that differs
-        raise ValueError(f"the weights do not fit the trial's target: {str(exc).splitlines()[1].strip()}") from None
+        raise ValueError(f"the weights do not fit the {stage} model: {str(exc).splitlines()[1].strip()}") from None
     if unexpected or set(missing) - set(ZERO_INIT):
-        raise ValueError(f"the weights do not fit the trial's target: missing {missing}, unexpected {unexpected}")
+        raise ValueError(f"the weights do not fit the {stage} model: missing {missing}, unexpected {unexpected}")
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad]).state_dict()
     if "optimizer" in source:  # the source's moments, by parameter name
         names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -50,7 +58,7 @@ def restart(source: dict, recipe, clip_width: int, codes: int, step: int) -> dic
         "model": model.state_dict(),
         "optimizer": optimizer,
         "step": step,
-        "steps": recipe.budget.ar_steps,
+        "steps": steps,
         "warm_from": step,
         "seconds": float(source.get("seconds", 0.0)),
         "segments": source.get("segments", []),
@@ -61,8 +69,9 @@ def restart(source: dict, recipe, clip_width: int, codes: int, step: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("weights", type=Path, help="a target state dict or checkpoint")
-    parser.add_argument("run", type=Path, help="the trial's folder: RUN/target.ckpt is written")
+    parser.add_argument("weights", type=Path, help="a model's state dict or checkpoint")
+    parser.add_argument("run", type=Path, help="the folder RUN/STAGE.ckpt is written to")
+    parser.add_argument("--stage", default="target", choices=("target", "drafter_r2", "drafter_r4", "draft_model"))
     parser.add_argument("--step", type=int, required=True, help="the step of the cosine to restart at")
     parser.add_argument("--recipe", default="scenes")
     parser.add_argument("--condition", choices=SCENE_CONDITIONS, help="how the trial's target reads a prompt")
@@ -73,16 +82,16 @@ def main() -> None:
     source = torch.load(args.weights, map_location="cpu", weights_only=True)
     weights = source.get("model", source)
     clip_width, codes = weights["clip_proj.weight"].shape[1], weights["output.weight"].shape[0]
-    state = restart(source, recipe, clip_width, codes, args.step)
+    try:
+        state = restart(source, recipe, clip_width, codes, args.step, args.stage)
+    except ValueError as exc:
+        parser.error(str(exc))
+    written = args.run / f"{args.stage}.ckpt"
     args.run.mkdir(parents=True, exist_ok=True)
-    if (args.run / "target.ckpt").exists():
-        parser.error(f"{args.run / 'target.ckpt'} exists: a trial restarts into a folder of its own")
-    torch.save(state, args.run / "target.ckpt")
-    print(
-        json.dumps(
-            {"written": str(args.run / "target.ckpt"), "step": args.step, "moments": bool(state["optimizer"]["state"])}
-        )
-    )
+    if written.exists():
+        parser.error(f"{written} exists: a restart does not overwrite a checkpoint")
+    torch.save(state, written)
+    print(json.dumps({"written": str(written), "step": args.step, "moments": bool(state["optimizer"]["state"])}))
 
 
 if __name__ == "__main__":
