@@ -25,11 +25,9 @@ import torch
 
 from mulo.models.gpt import GPT
 from mulo.train.recipes import RECIPES, SCENE_CONDITIONS
+from mulo.train.stages.ar import stage_steps
 
 ZERO_INIT = ("column_input.weight",)  # inputs a trained target may lack and gain unchanged
-
-
-STAGE_STEPS = {"target": "ar_steps", "draft_model": "draft_model_steps"}  # the drafters': drafter_steps
 
 
 def restart(source: dict, recipe, clip_width: int, codes: int, step: int, stage: str = "target") -> dict:
@@ -37,7 +35,7 @@ def restart(source: dict, recipe, clip_width: int, codes: int, step: int, stage:
     restarted at ``step`` as ``stage``'s model."""
     weights = {k: v.float() for k, v in source.get("model", source).items()}
     model = GPT(recipe.gpt_config(stage, codes, recipe.condition_width(clip_width)))
-    steps = getattr(recipe.budget, STAGE_STEPS.get(stage, "drafter_steps"))
+    steps = stage_steps(recipe.budget, stage)
     if not 0 <= step < steps:
         raise ValueError(f"step {step} is not within {stage}'s {steps} steps")
     try:

@@ -20,6 +20,7 @@ Two measurements:
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class Encoder:
         image = torch.as_tensor(scenes.compose(scene, self.sheet, self.config.canvas)).permute(2, 0, 1)
         return self.vq.encode(image[None] / 255).reshape(-1)
 
+    @functools.cache  # noqa: B019 (one encoder a run)
     def background(self, colour: str) -> int:
         return int(self.tokens(scenes.Scene(colour, (), None))[0])
 

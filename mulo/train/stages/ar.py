@@ -39,9 +39,7 @@ def stage_ar(pipe, stage: str) -> None:
             raise ValueError("embed_init 'pixels' needs a codebook of squares; this run's VQ is a network")
         init_from_pixels(model, vq["squares"])
     model.to(pipe.device)
-    steps = {"target": pipe.budget.ar_steps, "draft_model": pipe.budget.draft_model_steps}.get(
-        stage, pipe.budget.drafter_steps
-    )
+    steps = stage_steps(pipe.budget, stage)
     # Held-out losses, conditioned on what names the image best: the name with its style word
     # on styled data (a held-out pair is an unseen (emoji, style) combination), else the name.
     cond = getattr(data, "cond_name_style", data.cond_name)
@@ -68,6 +66,11 @@ def stage_ar(pipe, stage: str) -> None:
     torch.save(model.state_dict(), pipe.run / f"{stage}.pt")
     (pipe.run / f"{stage}.json").write_text(json.dumps(asdict(config)))
     pipe.record(stage, **stats, **losses, params=sum(p.numel() for p in model.parameters()))
+
+
+def stage_steps(budget, stage: str) -> int:
+    """The training steps ``budget`` gives AR ``stage`` (the drafters share ``drafter_steps``)."""
+    return {"target": budget.ar_steps, "draft_model": budget.draft_model_steps}.get(stage, budget.drafter_steps)
 
 
 def init_positions(model: GPT, kind: str, std: float = 0.02) -> None:
