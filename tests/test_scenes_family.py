@@ -284,6 +284,9 @@ def test_smoke_run_trains_every_stage_and_the_family_runs_every_method(tmp_path,
     recipe = recipes.RECIPES["scenes"]
     assert report["vq"]["codes"] == recipe.vq_codes[0] and 0 <= report["vq"]["val_referee_match"] <= 1
     assert json.loads((assets / "target.json").read_text())["neighbour_inputs"] == 3
+    up_config = json.loads((assets / "upsampler_r2.json").read_text())
+    assert up_config["context"] == recipe.hyper.upsampler_context and up_config["width"] == recipe.hyper.upsampler_width
+    assert all(0 <= report[f"upsampler_r{r}"]["val_object_accuracy"] <= 1 for r in (2, 4))
     assert 0 <= report["target"]["val_object_accuracy"] <= 1 and report["target"]["val_object_loss"] > 0
     assert report["data"]["held_out_combinations"] > 0 and report["data"]["val"] == recipe.smoke.held_out_scenes
     metrics = json.loads((assets / "metrics.json").read_text())

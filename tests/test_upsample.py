@@ -1,5 +1,6 @@
-"""Up-samplers: row-causal, and they never disturb committed rows."""
+"""Up-samplers: row-causal (or reading their whole block), and they never disturb committed rows."""
 
+import pytest
 import torch
 
 from tests.helpers import tiny_vq_model
@@ -16,6 +17,27 @@ def test_learned_upsampler_is_row_causal(toy):
     assert not torch.equal(a[..., 6:, :], b[..., 6:, :])
     high = torch.full((8, 8), -1)
     assert up.upsample(low, high, (1, 3)).shape == (4, 8)
+
+
+def test_a_block_upsampler_reads_the_rows_below_in_its_block_and_none_past_it():
+    """``context="block"``: a sprite's top children see the rows under their parent, as far as the
+    drafted block goes; ``upsample(low, high, (a, b))`` still never reads a row at or past ``b``."""
+    from mulo.models.upsample import TokenUpsampler
+
+    torch.manual_seed(0)
+    up = TokenUpsampler(32, 2, width=8, depth=2, context="block").eval()
+    low = torch.randint(32, (4, 4), generator=torch.Generator().manual_seed(0))
+    changed = low.clone()
+    changed[3] = (changed[3] + 1) % 32
+    with torch.no_grad():
+        a, b = up(low[None]), up(changed[None])
+    assert not torch.equal(a[..., 2:6, :], b[..., 2:6, :])  # low rows 1, 2 read row 3 (two 3x3 layers)
+    assert torch.equal(a[..., :2, :], b[..., :2, :])  # row 0 is three rows up: out of reach
+    high = torch.full((8, 8), -1)
+    assert torch.equal(up.upsample(low, high, (0, 3)), up.upsample(changed, high, (0, 3)))
+    assert not torch.equal(up.upsample(low, high, (0, 4)), up.upsample(changed, high, (0, 4)))
+    with pytest.raises(ValueError, match="context must be 'rows' or 'block'"):
+        TokenUpsampler(32, 2, context="columns")
 
 
 def test_pixel_upsampler_and_downsampler_shapes(toy):

@@ -4,7 +4,9 @@ Both up-samplers share one call: ``upsample(low, high, rows)`` returns the high-
 the low-res rows ``rows = (a, b)`` (i.e. high-res rows ``r*a .. r*b``), given the low-res grid
 ``low [Hq, Wq]`` (drafted and committed rows filled) and the committed high-res grid
 ``high [H, W]`` (-1 where nothing is committed yet). Rows below ``b`` are never read, so
-drafting a block never needs future rows and never changes committed ones.
+drafting a block never needs future rows and never changes committed ones. Inside the block a
+learned up-sampler reads the rows at or above each row (``context="rows"``, the paper's
+row-causal design) or every row of the block (``context="block"``).
 """
 
 from __future__ import annotations
@@ -61,19 +63,36 @@ class RowCausalConv(nn.Conv2d):
         return super().forward(F.pad(x, (half, half, self.kernel - 1, 0)))
 
 
+class CentredConv(nn.Conv2d):
+    """A 2-D convolution padded on every side: output row i sees input rows i - k//2 .. i + k//2."""
+
+    def __init__(self, channels_in: int, channels_out: int, kernel: int = 3):
+        super().__init__(channels_in, channels_out, kernel, padding=kernel // 2)
+
+
 class TokenUpsampler(nn.Module):
     """Learned latent up-sampler (MuLo-SD v1): row-causal convolutions + pixel shuffle.
 
-    Maps low-res tokens ``[B, Hq, Wq]`` to high-res token logits ``[B, V, r*Hq, r*Wq]``; the r x r
-    children of a low-res token depend on it and on the low-res rows at or above it only.
+    Maps low-res tokens ``[B, Hq, Wq]`` to high-res token logits ``[B, V, r*Hq, r*Wq]``; with
+    ``context="rows"`` the r x r children of a low-res token depend on it and on the low-res rows
+    at or above it only. With ``context="block"`` the convolutions are centred: a child also reads
+    the rows below its parent, as far as the block given goes (zero beyond it). A sprite's top
+    rows are then drawn knowing the whole sprite: on the scenes family, where the default drafts
+    the whole low-res image in one block, that is what renders a drafted object right
+    (docs/notebook/session-2026-11-30-upsampler.md).
     """
 
-    def __init__(self, vocab_size: int, r: int, width: int = 64, depth: int = 2, kernel: int = 3):
+    def __init__(
+        self, vocab_size: int, r: int, width: int = 64, depth: int = 2, kernel: int = 3, context: str = "rows"
+    ):
         super().__init__()
+        if context not in ("rows", "block"):
+            raise ValueError(f"context must be 'rows' or 'block' (got {context!r})")
         self.r = r
-        self.config = dict(vocab_size=vocab_size, r=r, width=width, depth=depth, kernel=kernel)
+        self.config = dict(vocab_size=vocab_size, r=r, width=width, depth=depth, kernel=kernel, context=context)
         self.embed = nn.Embedding(vocab_size, width)
-        self.blocks = nn.ModuleList(RowCausalConv(width, width, kernel) for _ in range(depth))
+        conv = RowCausalConv if context == "rows" else CentredConv
+        self.blocks = nn.ModuleList(conv(width, width, kernel) for _ in range(depth))
         self.expand = nn.Conv2d(width, width * r * r, 1)
         self.head = nn.Conv2d(width, vocab_size, 1)
 

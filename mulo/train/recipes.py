@@ -216,6 +216,7 @@ class Hyper:
     upsampler_lr: float = 2e-3
     upsampler_width: int = 128
     upsampler_depth: int = 3
+    upsampler_context: str = "rows"  # ``TokenUpsampler``'s: "rows" (row-causal) or "block"
     eagle_lr: float = 1e-3
 
 
@@ -471,7 +472,7 @@ FULL_SCENES = replace(
     background_loss_share=0.1,
     drafter_steps=6000,  # 2,500 left blank drafts that MuLo-SD's threshold accepts (chimeras notebook)
     draft_model_steps=2000,
-    upsampler_steps=800,
+    upsampler_steps=1500,  # 96,000 scenes: what the target's first 6,000 steps read
     eagle_steps=1000,
     checkpoint_every=50,  # a CPU step takes seconds: a resume point every few minutes
     validate_every=250,
@@ -531,12 +532,9 @@ RECIPES["scenes"] = Recipe(
     defaults={**DEFAULTS, "cfg": 1.0, "top_p": 1.0, "rows_per_block": 16, "drafting": "zipar", "island_window": 8},
     target=SCENES_TARGET,
     draft_model=SCENES_DRAFT_MODEL,
-    # The prompt's objects left to right, one a column (``SceneConfig.placement``): the free places
-    # of steps 0-6,500 left a target that could not count what it had drawn (off the background at
-    # 0.36 % a token once every object had begun, against 0.52 % before) and drew more objects than
-    # named, some unnamed; 450 steps on columns from there: 0.13 % after against 0.41 %, and the
-    # prompt saved 0.53 nats at an object's start tokens, was 0.30
-    # (docs/notebook/session-2026-11-30-columns.md).
+    # The prompt's objects left to right, one a column (``SceneConfig.placement``): free places left a
+    # target that drew more objects than named (off the background at 0.36 % a token once every object
+    # had begun; 450 steps on columns: 0.13 %) (docs/notebook/session-2026-11-30-columns.md).
     scenes=SceneConfig(placement="columns"),
     # Each slot also reads its column's named object (``GPTConfig.column_objects``): held-out loss
     # 0.0230 against 0.0258, named objects found in AR 10/44 against 5/44 (the column-input notebook).
@@ -544,8 +542,10 @@ RECIPES["scenes"] = Recipe(
     # A codebook of 4 px pixel squares, not a VQModel: the best conv VQ trained here (tiled, spatial
     # decoder, 3,000 steps, 65 CPU-minutes) drew the objects at 17.5 dB and kept the referee at 0.59,
     # flattening, where k-means of the squares takes a minute (benchmarks/scenes-vq-study.json).
-    # k-means sees 75 % squares that are not one flat colour.
-    hyper=replace(Hyper(), vq_busy=0.75),
+    # k-means sees 75 % squares that are not one flat colour. Up-samplers that read the whole drafted
+    # block, width 256, depth 5: 0.987 of held-out object cells right at 1,000 steps (row-causal: 0.933;
+    # width 128, depth 3, row-causal, 800 steps: 0.58) (docs/notebook/session-2026-11-30-upsampler.md).
+    hyper=replace(Hyper(), vq_busy=0.75, upsampler_width=256, upsampler_depth=5, upsampler_context="block"),
     vq_model={"kind": "patches"},
 )
 

@@ -104,6 +104,9 @@ def model_fields(recipe: dict, budget: dict, geometry: dict) -> dict:
         "draft_model_layers": small["n_layer"],
         "upsampler_width": hyper["upsampler_width"],
         "upsampler_depth": hyper["upsampler_depth"],
+        "upsampler_convs": {"rows": "row-causal convolutions", "block": "centred convolutions over the drafted block"}[
+            hyper.get("upsampler_context", "rows")
+        ],
         "eagle_noise": budget.get("eagle_noise", 0),
         "eagle_cls_weight": budget.get("eagle_cls_weight", 0),
         # the AR stages train at the budget's weight decay (emoji's 0.05), every other stage at the loop's

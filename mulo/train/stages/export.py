@@ -44,7 +44,13 @@ def export(pipe) -> None:
         save(
             f"upsampler_r{r}",
             load(f"upsampler_r{r}"),
-            {"vocab_size": pipe.codes, "r": r, "width": hyper.upsampler_width, "depth": hyper.upsampler_depth},
+            {
+                "vocab_size": pipe.codes,
+                "r": r,
+                "width": hyper.upsampler_width,
+                "depth": hyper.upsampler_depth,
+                "context": hyper.upsampler_context,
+            },
         )
     (pipe.assets / "training_report.json").write_text(json.dumps(pipe.report, indent=1))
     (pipe.assets / "defaults.json").write_text(json.dumps(pipe.defaults(), indent=1))
