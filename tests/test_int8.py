@@ -26,6 +26,21 @@ def test_rows_round_to_within_half_a_step_and_small_tensors_pass_through():
     assert torch.equal(restored["ids"], state["ids"])
 
 
+def test_a_convolution_kernel_rounds_per_output_channel_and_a_position_table_passes_through():
+    """The scenes up-samplers ship as int8: a ``[out, in, kh, kw]`` kernel gets one scale per output
+    channel; a GPT's ``abs_pe [1, L, D]`` would get one scale for all of it, so 3-D stays as it is."""
+    gen = torch.Generator().manual_seed(3)
+    kernel = (torch.randn(32, 16, 3, 3, generator=gen) * torch.logspace(-2, 0, 32)[:, None, None, None]).half()
+    table = torch.randn(1, 64, 128, generator=gen).half()
+    packed = int8.quantize({"conv": kernel, "abs_pe": table})
+    assert packed["conv"].shape == kernel.shape and packed["conv" + int8.SCALE_SUFFIX].shape == (32,)
+    assert packed["abs_pe"].dtype == torch.float16 and "abs_pe" + int8.SCALE_SUFFIX not in packed
+    restored = int8.dequantize(packed)
+    step = packed["conv" + int8.SCALE_SUFFIX].float()[:, None, None, None]
+    assert ((restored["conv"] - kernel.float()).abs() <= step / 2 + 1e-6).all()
+    assert torch.equal(restored["abs_pe"], table.float())
+
+
 def test_a_gpt_loaded_from_int8_keeps_its_distribution():
     model = GPT(GPTConfig(vocab_size=64, max_seq_len=16, dim=64, n_layer=2, n_head=4, cond_len=2, cond_dim=8))
     init_random_(model, seed=0)

@@ -542,10 +542,10 @@ RECIPES["scenes"] = Recipe(
     # A codebook of 4 px pixel squares, not a VQModel: the best conv VQ trained here (tiled, spatial
     # decoder, 3,000 steps, 65 CPU-minutes) drew the objects at 17.5 dB and kept the referee at 0.59,
     # flattening, where k-means of the squares takes a minute (benchmarks/scenes-vq-study.json).
-    # k-means sees 75 % squares that are not one flat colour. Up-samplers that read the whole drafted
-    # block, width 256, depth 5: 0.987 of held-out object cells right at 1,000 steps (row-causal: 0.933;
-    # width 128, depth 3, row-causal, 800 steps: 0.58) (docs/notebook/session-2026-11-30-upsampler.md).
+    # k-means sees 75 % squares not one flat colour. Up-samplers reading the whole block: 0.987 of object
+    # cells right at 1,000 steps (row-causal 0.933; the old 128x3 0.58; the upsampler notebook).
     hyper=replace(Hyper(), vq_busy=0.75, upsampler_width=256, upsampler_depth=5, upsampler_context="block"),
+    int8_models=("upsampler_r2", "upsampler_r4"),  # 8.5 + 10.1 MB -> 4.3 + 5.1; object cells 0.9988 either way
     vq_model={"kind": "patches"},
 )
 
