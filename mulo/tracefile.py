@@ -27,7 +27,7 @@ MAX_ITEMS = 64  # entries of warnings, versions, config
 MAX_NFE = 10**9
 PRECISIONS = ("float32", "bfloat16")  # what a pass's layers may run in (a trace's ``precision``)
 MAX_SCORE = 1.001  # probabilities and min(1, p/q), with room for float rounding
-MAX_TRACE_BYTES = 10 * 2**20  # a file; the app's upload limit too (the longest 16x16 trace: < 5 MB, tested)
+MAX_TRACE_BYTES = 10 * 2**20  # a file; the app's upload limit too (a shipped family's longest trace: < 7 MB, tested)
 # A JSON list costs ~64 bytes of memory for as little as 3 bytes of file ("[],"): a file may hold
 # at most one list per this many bytes (a real trace: one per grid row of >= 8 cells, >= 16 bytes).
 BYTES_PER_LIST = 12

@@ -132,11 +132,11 @@ def test_tar_without_weights_names_the_download_command(tmp_path, monkeypatch):
 def test_switching_family_shows_its_defaults_and_codebook_ranges():
     names = [k.key for k in knob_table()]
     toy = dict(zip(names, family_knobs("toy"), strict=True))
-    emoji = dict(zip(names, family_knobs("emoji-16"), strict=True))
-    recommended = json.loads((Path(__file__).parents[1] / "assets/emoji-16/defaults.json").read_text())["cfg"]
+    scenes = dict(zip(names, family_knobs("scenes"), strict=True))
+    recommended = json.loads((Path(__file__).parents[1] / "assets/scenes/defaults.json").read_text())["cfg"]
     assert recommended != 4.0  # else the switch below could not show it
-    assert toy["cfg"]["value"] == 4.0 and emoji["cfg"]["value"] == recommended  # each family's recommendation
-    assert emoji["k"]["maximum"] == 63 and emoji["top_k"]["maximum"] == 64  # 64 codes: k < 64
+    assert toy["cfg"]["value"] == 4.0 and scenes["cfg"]["value"] == recommended  # each family's recommendation
+    assert scenes["k"]["maximum"] == 256 and scenes["top_k"]["maximum"] == 2048  # k: its own cap; top-k: 2,048 codes
     assert toy["k"]["maximum"] == 127 and toy["top_k"]["maximum"] == 128
     with pytest.raises(gr.Error, match="family must be one of"):
         family_knobs("nope")
@@ -259,3 +259,12 @@ def test_the_prompt_hint_lists_a_familys_styles(tmp_path, monkeypatch):
     assert engines.prompt_info("emoji-16").endswith("(else any style): noto (Noto Emoji), openmoji (OpenMoji)")
     (tmp_path / "emoji-16" / "styles.json").write_text("{not json")
     assert engines.prompt_info("emoji-16") == engines.PROMPT_INFO  # a broken file never breaks the app
+    (tmp_path / "scenes").mkdir()  # a scenes family: its grammar, backgrounds and styles
+    language = {"names": ["red apple"], "palette": {"blue": [0, 0, 255]}, "max_objects": 3, "styles": ["noto"]}
+    (tmp_path / "scenes" / "scenes.json").write_text(json.dumps(language))
+    assert engines.prompt_info("scenes") == (
+        "1 to 3 emoji and a background, e.g. 'red apple and rocket on blue'; backgrounds: blue; "
+        "optionally 'in noto style' (noto)"
+    )
+    (tmp_path / "scenes" / "scenes.json").write_text("[]")
+    assert engines.prompt_info("scenes") == engines.PROMPT_INFO

@@ -179,13 +179,13 @@ def test_a_twemoji_family_without_weights_says_how_to_get_them(tmp_path, monkeyp
     from mulo.__main__ import main
 
     monkeypatch.setattr(mulo.families.emoji, "ASSETS_ROOT", tmp_path)
-    (tmp_path / "emoji-16").mkdir()
-    (tmp_path / "emoji-16" / "target.safetensors").touch()  # the other family is shipped
+    (tmp_path / "scenes").mkdir()
+    (tmp_path / "scenes" / "target.safetensors").touch()  # the other family is shipped
     assert main(["generate", "--family", "twemoji", "--prompt", "red apple"]) == 2
     err = capsys.readouterr().err
     assert err == (
         f"error: twemoji weights missing in {tmp_path / 'twemoji'} (clip.json, clip.safetensors, vq.json...): "
-        "train them with python -m mulo train twemoji, or use --family emoji-16 or toy\n"
+        "train them with python -m mulo train twemoji, or use --family scenes or toy\n"
     ), err
 
 

@@ -23,14 +23,14 @@ PINNED = json.loads(PINS.read_text())
 
 @pytest.fixture(scope="module")
 def engines():
-    return {name: Engine(load_family(name)) for name in ("toy", "emoji-16", "twemoji")}  # twemoji: the examples
+    return {name: Engine(load_family(name)) for name in ("toy", "scenes", "twemoji")}  # twemoji: the examples
 
 
 def test_every_method_is_pinned_on_both_families():
     from mulo.methods import REGISTRY
 
     builtin = {m.name for m in REGISTRY.values() if m.builtin}
-    for family in ("toy", "emoji-16"):
+    for family in ("toy", "scenes"):
         assert {p["method"] for p in PINNED["runs"] if p["family"] == family} >= builtin
     assert [(p["family"], p["method"], p["seed"], p["knobs"]) for p in PINNED["runs"]] == [tuple(r) for r in RUNS]
 

@@ -11,7 +11,7 @@ from mulo.families import load_family
 
 
 def test_save_writes_back_what_load_read(tmp_path):
-    evaluation = load_family("emoji-16").evaluation
+    evaluation = load_family("twemoji").evaluation
     quality = Quality.load(evaluation.encoder, evaluation.folder)
     quality.save(tmp_path)
     shipped = evaluation.folder / "eval_prompts.json"
@@ -27,7 +27,7 @@ def test_a_single_images_rank_agrees_with_the_benchmarks_adherence():
     benchmark's adherence counts (top 5), and the real images' reference is their own adherence."""
     from mulo.engine import Engine
 
-    family = load_family("emoji-16")
+    family = load_family("twemoji")
     quality = Quality.for_family(family)
     engine = Engine(family)
     for prompt in ("pizza", "cat face", "rocket", "red apple"):

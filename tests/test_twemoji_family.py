@@ -1,7 +1,7 @@
 """The default family ``twemoji`` (32x32 tokens, 128 px; a lookup table: one image per prompt): size
 limits of every shipped family, offline loading, behaviour; the bars below were measured on it.
 (``twemoji-64``, the first family, was measured here too until ``emoji-16`` took its place in
-assets/: tests/test_emoji16_family.py.)"""
+assets/; ``scenes`` took ``emoji-16``'s in issue 63: tests/test_scenes_shipped.py.)"""
 
 import os
 import subprocess

@@ -130,6 +130,12 @@ register(
 )  # fmt: skip
 register("twemoji-64", "trained by us, 16x16 tokens at 64 px, on a CPU", "mulo.families.emoji", trained=True)
 register(
+    "scenes", "trained by us on a CPU, 32x32 tokens at 128 px: 1-3 small emoji on a named background (issue 63)",
+    "mulo.families.emoji", trained=True,
+    examples=("red apple on blue", "rocket and sun on purple", "cat, pizza and star on green"),
+)  # fmt: skip
+# Archived (docs/emoji-16/): trained by its recipe, no longer shipped (the scenes family took its place).
+register(
     "emoji-16", "trained by us on a CPU, 16x16 tokens at 64 px in five emoji styles (issue 46)",
     "mulo.families.emoji", trained=True,
 )  # fmt: skip

@@ -71,8 +71,28 @@ def styles_of(family: str) -> list[dict]:
         return []
 
 
+def scene_language(family: str) -> dict | None:
+    """A scenes family's prompt language (its ``scenes.json``: names, palette, max_objects,
+    styles), read without loading the family; None for other families or a broken file."""
+    if family not in families.trained():
+        return None
+    try:
+        language = json.loads((ASSETS_ROOT / family / "scenes.json").read_text())
+        return language if isinstance(language, dict) and {"palette", "max_objects"} <= set(language) else None
+    except (OSError, ValueError):
+        return None
+
+
 def prompt_info(family: str) -> str:
-    """The prompt box's hint: with the style words when the family has several styles."""
+    """The prompt box's hint: a scenes family's grammar, else the style words when the family
+    has several styles."""
+    scene = scene_language(family)
+    if scene is not None:
+        styles = ", ".join(scene.get("styles", ()))
+        styled = f"; optionally 'in noto style' ({styles})" if styles else ""
+        backgrounds = ", ".join(scene["palette"])
+        example = "e.g. 'red apple and rocket on blue'"
+        return f"1 to {scene['max_objects']} emoji and a background, {example}; backgrounds: {backgrounds}{styled}"
     styles = styles_of(family)
     if not styles:
         return PROMPT_INFO

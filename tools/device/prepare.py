@@ -45,7 +45,7 @@ WHEELS = (
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # Tracked paths the device run never reads: the second family, Tar's golden test data (its
 # tests are not GPU tests), the benchmark figures and the docs with their pictures.
-SLIM = ("assets/emoji-16", "tests/data", "benchmarks", "docs")  # (a CPU run's)
+SLIM = ("assets/scenes", "tests/data", "benchmarks", "docs")  # (a CPU run's)
 # ... and for a call that only trains (``run.py --skip checks,measure``), the family it checks too:
 # what leaves a growing resume point room (``--slim --train-only``).
 TRAIN_ONLY = ("assets/twemoji",)

@@ -34,7 +34,7 @@ from mulo.eval.calibrate import parse_start
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="emoji-16")
+    parser.add_argument("--family", default="scenes")
     parser.add_argument("--prompts", type=int, default=120)
     parser.add_argument("--seeds", default="0,1000", help="first seeds, comma-separated (prompt i at seed s + i)")
     parser.add_argument("--settings", required=True, help='"knob=value,...; knob=value,..." ("": the defaults)')

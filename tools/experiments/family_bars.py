@@ -48,7 +48,7 @@ def evaluation_setup(family: str, n_prompts: int) -> tuple[Engine, Quality, list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="emoji-16")
+    parser.add_argument("--family", default="scenes")
     parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--figure", type=Path, help="the red apple's AR and MuLo-SD images, seeds 0-4, as a PNG")

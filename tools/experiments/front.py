@@ -88,7 +88,7 @@ def figure(rows: dict, groups: dict[str, list[str]], family: str, path: Path) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="emoji-16")
+    parser.add_argument("--family", default="scenes")
     parser.add_argument("--prompts", type=int, default=120)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--figure", type=Path)
