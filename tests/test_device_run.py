@@ -72,9 +72,12 @@ def test_smoke_run_checks_measures_trains_and_resumes(tmp_path):
     assert set(done_first) - {"tokens", "export"} <= set(train["stages_done"])  # rebuilt: not packed
     assert not (set(done_first) - {"tokens", "export", "card"}) & set(train["stages_this_call"])
     log = (second / "logs.txt").read_text()
-    for checkpoint in steps["train"]["checkpoints"]:  # a stage cut short goes on from its checkpoint
+    # a stage cut short goes on from its checkpoint, unless the pack left that out for room (the
+    # scenes up-samplers' ~60 MB when the first call stops inside one: it then starts again)
+    left_out = steps["pack"].get("left_out", [])
+    for checkpoint in steps["train"]["checkpoints"]:
         stage = checkpoint.removesuffix(".ckpt")
-        if stage not in done_first and not stage.startswith("vq_"):
+        if stage not in done_first and not stage.startswith("vq_") and checkpoint not in left_out:
             assert f"{stage}: resuming at step" in log
 
 

@@ -11,6 +11,8 @@ learning rate warms up again from step S either way (``mulo.train.loop.resume``)
     python tools/experiments/restart_target.py tools/resume/scenes-cols/target-best9900-fp16.pt \\
         runs/exp/cols --step 6500 --condition clip_placed
     python tools/experiments/restart_target.py runs/scenes/drafter_r2.pt runs/scenes --stage drafter_r2 --step 2000
+    python tools/experiments/restart_target.py runs/scenes/target.ckpt runs/exp/target20k --step 11000 \\
+        --steps 20000 --condition clip_placed   # then scenes_target.py runs/scenes runs/exp/target20k --steps 20000
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from mulo.train.stages.ar import stage_steps
 ZERO_INIT = ("column_input.weight",)  # inputs a trained target may lack and gain unchanged
 
 
-def restart(source: dict, recipe, clip_width: int, codes: int, step: int, stage: str = "target") -> dict:
+def restart(
+    source: dict, recipe, clip_width: int, codes: int, step: int, stage: str = "target", steps: int | None = None
+) -> dict:
     """The checkpoint (``mulo.train.loop.save``'s keys) of ``source`` (weights or a checkpoint)
-    restarted at ``step`` as ``stage``'s model."""
+    restarted at ``step`` of a cosine over ``steps`` (default: the stage's in the recipe) as
+    ``stage``'s model."""
     weights = {k: v.float() for k, v in source.get("model", source).items()}
     model = GPT(recipe.gpt_config(stage, codes, recipe.condition_width(clip_width)))
-    steps = stage_steps(recipe.budget, stage)
+    steps = steps or stage_steps(recipe.budget, stage)
     if not 0 <= step < steps:
         raise ValueError(f"step {step} is not within {stage}'s {steps} steps")
     try:
@@ -71,6 +76,7 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="the folder RUN/STAGE.ckpt is written to")
     parser.add_argument("--stage", default="target", choices=("target", "drafter_r2", "drafter_r4", "draft_model"))
     parser.add_argument("--step", type=int, required=True, help="the step of the cosine to restart at")
+    parser.add_argument("--steps", type=int, help="the cosine's length (default: the recipe's for the stage)")
     parser.add_argument("--recipe", default="scenes")
     parser.add_argument("--condition", choices=SCENE_CONDITIONS, help="how the trial's target reads a prompt")
     args = parser.parse_args()
@@ -81,7 +87,7 @@ def main() -> None:
     weights = source.get("model", source)
     clip_width, codes = weights["clip_proj.weight"].shape[1], weights["output.weight"].shape[0]
     try:
-        state = restart(source, recipe, clip_width, codes, args.step, args.stage)
+        state = restart(source, recipe, clip_width, codes, args.step, args.stage, args.steps)
     except ValueError as exc:
         parser.error(str(exc))
     written = args.run / f"{args.stage}.ckpt"
