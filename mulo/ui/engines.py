@@ -78,7 +78,8 @@ def scene_language(family: str) -> dict | None:
         return None
     try:
         language = json.loads((ASSETS_ROOT / family / "scenes.json").read_text())
-        return language if isinstance(language, dict) and {"palette", "max_objects"} <= set(language) else None
+        well_formed = isinstance(language, dict) and isinstance(language.get("palette"), dict)
+        return language if well_formed and isinstance(language.get("max_objects"), int) else None
     except (OSError, ValueError):
         return None
 
@@ -88,7 +89,7 @@ def prompt_info(family: str) -> str:
     has several styles."""
     scene = scene_language(family)
     if scene is not None:
-        styles = ", ".join(scene.get("styles", ()))
+        styles = ", ".join(map(str, scene.get("styles") or ()))
         styled = f"; optionally 'in noto style' ({styles})" if styles else ""
         backgrounds = ", ".join(scene["palette"])
         example = "e.g. 'red apple and rocket on blue'"
