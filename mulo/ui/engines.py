@@ -59,29 +59,29 @@ _engines_lock = threading.Lock()
 PROMPT_INFO = "words the family knows; unknown words are reported"
 
 
+def _asset_json(family: str, name: str):
+    """A trained family's ``assets/FAMILY/NAME`` parsed, read without loading the family; None for
+    other families, a missing file or a broken one (a hint never breaks the app)."""
+    if family not in families.trained():
+        return None
+    try:
+        return json.loads((ASSETS_ROOT / family / name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def styles_of(family: str) -> list[dict]:
     """The drawing styles a trained family's prompts may name (its ``styles.json``: word, title,
-    licence), read without loading the family; [] for families with one style."""
-    if family not in families.trained():
-        return []
-    path = ASSETS_ROOT / family / "styles.json"
-    try:
-        return json.loads(path.read_text()) if path.is_file() else []
-    except (OSError, ValueError):
-        return []
+    licence); [] for families with one style."""
+    return _asset_json(family, "styles.json") or []
 
 
 def scene_language(family: str) -> dict | None:
     """A scenes family's prompt language (its ``scenes.json``: names, palette, max_objects,
-    styles), read without loading the family; None for other families or a broken file."""
-    if family not in families.trained():
-        return None
-    try:
-        language = json.loads((ASSETS_ROOT / family / "scenes.json").read_text())
-        well_formed = isinstance(language, dict) and isinstance(language.get("palette"), dict)
-        return language if well_formed and isinstance(language.get("max_objects"), int) else None
-    except (OSError, ValueError):
-        return None
+    styles); None for other families or a malformed file."""
+    language = _asset_json(family, "scenes.json")
+    well_formed = isinstance(language, dict) and isinstance(language.get("palette"), dict)
+    return language if well_formed and isinstance(language.get("max_objects"), int) else None
 
 
 def prompt_info(family: str) -> str:

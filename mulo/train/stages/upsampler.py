@@ -45,10 +45,7 @@ def stage_upsampler(pipe, r: int) -> None:
             low_batch, high_batch = pair[0].reshape(b, side // r, side // r), pair[1].reshape(b, side, side)
             low_batch, high_batch = low_batch.to(pipe.device), high_batch.to(pipe.device)
             step_rng = np.random.default_rng([pipe.seed, r, step])  # a resumed stage draws the same
-            if up.config["context"] == "block" and step_rng.random() < TRUNCATED_SHARE:
-                # a block that ends above the image's bottom: the rows below it are not given
-                cut = int(step_rng.integers(1, side // r))
-                low_batch, high_batch = low_batch[:, :cut], high_batch[:, : cut * r]
+            low_batch, high_batch = block_cut(low_batch, high_batch, step_rng)
             share = pipe.budget.background_loss_share
             if share < 1.0:  # the head on every object token and a weighted share of the background's
                 weights = background_sample(high_batch.reshape(b, -1), share, step_rng)
@@ -56,7 +53,18 @@ def stage_upsampler(pipe, r: int) -> None:
                 return weighted_cross_entropy(up.head_rows, features, high_batch, weights)
             return F.cross_entropy(up(low_batch), high_batch)
         idx = rng.choice(train_idx, size=min(pipe.budget.upsampler_batch, len(train_idx)), replace=False)
-        return F.cross_entropy(up(low[idx].to(pipe.device)), high[idx].to(pipe.device))
+        low_batch, high_batch = low[idx].to(pipe.device), high[idx].to(pipe.device)
+        if up.config["context"] == "block":
+            low_batch, high_batch = block_cut(low_batch, high_batch, np.random.default_rng([pipe.seed, r, step]))
+        return F.cross_entropy(up(low_batch), high_batch)
+
+    def block_cut(low_batch, high_batch, step_rng):
+        """A "block" up-sampler's batch, at ``TRUNCATED_SHARE`` of the steps cut at a random low-res
+        row: a block that ends above the image's bottom does not give the rows below it."""
+        if up.config["context"] != "block" or step_rng.random() >= TRUNCATED_SHARE:
+            return low_batch, high_batch
+        cut = int(step_rng.integers(1, low_batch.shape[1]))
+        return low_batch[:, :cut], high_batch[:, : cut * r]
 
     stats = train(
         f"upsampler_r{r}",
