@@ -465,9 +465,9 @@ FULL_SCENES = replace(
     held_out_scenes=512,
     clip_steps=1000,
     vq_steps=1200,
-    # 160,000 fresh scenes at 16 a batch: at 2,500 steps samples were fragments though teacher-forced
-    # object tokens under an object were 97 % right (docs/notebook/session-2026-11-29-second-cycle.md).
-    ar_steps=10000,
+    # 320,000 fresh scenes at 16 a batch: a second cosine from step 11,000 took AR from 22 to 39 of 101
+    # named objects (10,000 steps; docs/notebook/session-2026-12-01-target.md).
+    ar_steps=20000,
     ar_batch=16,
     background_loss_share=0.1,
     drafter_steps=12000,  # 2,500 left blank drafts that MuLo-SD's threshold accepts (chimeras notebook)
