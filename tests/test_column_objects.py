@@ -163,9 +163,10 @@ def test_a_clip_target_restarts_as_a_column_object_trial_with_its_moments():
     with pytest.raises(ValueError, match="do not fit"):
         restart(source, clip_recipe, 16, 32, 6500)  # another codebook
     # a longer cosine than the recipe's: a step past the recipe's end is a step of it
-    assert restart(source, columns, 16, 64, 11000, steps=20000)["steps"] == 20000
-    with pytest.raises(ValueError, match="not within target's 10000 steps"):
-        restart(source, columns, 16, 64, 11000)
+    planned = columns.budget.ar_steps
+    assert restart(source, columns, 16, 64, planned + 1000, steps=planned + 9000)["steps"] == planned + 9000
+    with pytest.raises(ValueError, match=f"not within target's {planned} steps"):
+        restart(source, columns, 16, 64, planned + 1000)
 
 
 def test_a_drafter_restarts_on_its_own_grid_and_schedule():
