@@ -465,8 +465,8 @@ FULL_SCENES = replace(
     held_out_scenes=512,
     clip_steps=1000,
     vq_steps=1200,
-    # 320,000 fresh scenes at 16 a batch: a second cosine from step 11,000 took AR from 22 to 39 of 101
-    # named objects (10,000 steps; docs/notebook/session-2026-12-01-target.md).
+    # 320,000 fresh scenes at 16 a batch: a second cosine from step 11,000 took AR from 22 (at 10,000
+    # steps) to 39 of 101 named objects on 48 prompts (docs/notebook/session-2026-12-01-target.md).
     ar_steps=20000,
     ar_batch=16,
     background_loss_share=0.1,

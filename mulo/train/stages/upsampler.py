@@ -54,8 +54,7 @@ def stage_upsampler(pipe, r: int) -> None:
             return F.cross_entropy(up(low_batch), high_batch)
         idx = rng.choice(train_idx, size=min(pipe.budget.upsampler_batch, len(train_idx)), replace=False)
         low_batch, high_batch = low[idx].to(pipe.device), high[idx].to(pipe.device)
-        if up.config["context"] == "block":
-            low_batch, high_batch = block_cut(low_batch, high_batch, np.random.default_rng([pipe.seed, r, step]))
+        low_batch, high_batch = block_cut(low_batch, high_batch, np.random.default_rng([pipe.seed, r, step]))
         return F.cross_entropy(up(low_batch), high_batch)
 
     def block_cut(low_batch, high_batch, step_rng):
