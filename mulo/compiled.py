@@ -45,6 +45,7 @@ import os
 import shutil
 import threading
 import time
+import warnings
 from collections import deque
 from pathlib import Path
 
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 CACHED_MIN_TOKENS = 256
 MAX_QUERIES = 64  # wider passes run eagerly: their products are matrix-matrix, where the BLAS is fast
 INDUCTOR_OPTIONS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+# max_autotune writes each GEMM's timings to stderr (378 lines on a cold ``bench --quick``) and one
+# of its kernels a deprecation warning: a first run would bury the compile lines under them. Only
+# what is printed changes, so they stay out of the package's cache key (``_key``)
+QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
+warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
 # A small model's kernels are too short to pay for waking an OpenMP team: compiled single-threaded,
 # twemoji's draft model (1.3 MB) steps in 0.19 ms instead of 0.35; the 13 MB target is faster on two
 # threads (1.04 ms against 1.17), measured in one run (docs/cpu-engine.md)
@@ -240,7 +246,7 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{threading.get_ident()}.partial.pt2")
     torch._inductor.aoti_compile_and_package(
-        program, package_path=str(partial), inductor_configs=inductor_options(model)
+        program, package_path=str(partial), inductor_configs={**inductor_options(model), **QUIET_AUTOTUNE}
     )
     partial.replace(path)  # a package is either whole or absent, whatever interrupts a compile
     _built_seconds.append(time.perf_counter() - began)

@@ -258,6 +258,54 @@ def test_cli_rejects_unknown_labels_in_one_line():
     assert "unknown method label(s) eagle" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "argv, env, mode",
+    [
+        (["--quick"], None, "cached"),  # a cold cache never compiles for a 4 min look
+        ([], None, "auto"),  # the full table is timed compiled
+        (["--quick", "--compile", "on"], None, "on"),
+        (["--quick"], "off", "auto"),  # MULO_COMPILE still rules, through auto
+    ],
+)
+def test_quick_bench_runs_the_packages_already_built_unless_told_otherwise(monkeypatch, argv, env, mode):
+    import mulo.__main__ as cli
+    import mulo.engine
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def engine(family, compile, wide_precision):  # records the mode, then stops before any run
+        seen["compile"] = compile
+        raise Stop
+
+    monkeypatch.setattr(mulo.engine, "Engine", engine)
+    if env is None:
+        monkeypatch.delenv("MULO_COMPILE", raising=False)
+    else:
+        monkeypatch.setenv("MULO_COMPILE", env)
+    with pytest.raises(Stop):
+        cli.main(["bench", "--family", "toy", *argv])
+    assert seen["compile"] == mode
+
+
+def test_a_bench_says_how_many_pass_shapes_ran_eagerly_for_want_of_packages():
+    from types import SimpleNamespace as NS
+
+    def engine(*missing_sets, ran=True):  # a model's shapes not built, and whether any ran compiled
+        models = [NS(compiled=NS(missing=m, runs={(1, 1): "package"} if ran else {})) for m in missing_sets]
+        models.append(NS(compiled=None))  # a model left eager (not compiled at all) counts nothing
+        return NS(compilation="compiled steps", family=NS(name="scenes", transformers=lambda: models))
+
+    assert bench.execution(engine(set())) == "compiled steps"
+    said = bench.execution(engine({(1, 4), (1, "sampled")}, {(2, 1)}))
+    assert said.startswith("compiled steps where built; 3 pass shape(s) not built ran eagerly")
+    assert "python -m mulo compile --family scenes" in said
+    cold = bench.execution(engine({(1, 4), (1, "sampled")}, {(2, 1)}, ran=False))  # a cold cache: all eager
+    assert cold.startswith("eager: no package built for its 3 pass shape(s)") and "compile --family scenes" in cold
+
+
 def test_ar_dtok_cost_profile_runs_on_tiny_shapes():
     from mulo.eval.profile import profile
 

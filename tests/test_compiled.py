@@ -82,9 +82,10 @@ def test_compiled_pass_matches_eager_under_any_mask(slots, visible):
     assert torch.equal(cache.written, eager_cache.written)
 
 
-def test_every_method_keeps_its_tokens_when_compiled(caplog):
+def test_every_method_keeps_its_tokens_when_compiled(caplog, capfd):
     """One test over every method: they share the toy models' packages, compiled once. Each
-    compile says what it builds, about how long it takes and where packages are kept."""
+    compile says what it builds, about how long it takes and where packages are kept, and
+    nothing else: not the autotuner's timings of every product."""
     family = toy.build()  # its own models: the session's toy family stays eager
     eager = Engine(family, compile="off")
     want = {name: eager.generate("a", name, 3) for name in methods.names()}
@@ -98,6 +99,8 @@ def test_every_method_keeps_its_tokens_when_compiled(caplog):
             assert got.trace.nfe == expected.trace.nfe, name
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling GPT")]
     assert said and all(f"packages kept in {compiled.cache_dir()}" in line for line in said), said
+    printed = capfd.readouterr().err
+    assert "AUTOTUNE" not in printed and "Autotune" not in printed and "TypedStorage" not in printed, printed[:500]
     assert all(" ~" in line and " s;" in line for line in said)  # about how long
 
 

@@ -193,6 +193,19 @@ def _wide(env: dict) -> str:
     return f"{mode}: {', '.join(buckets)}" if buckets else mode
 
 
+def execution(engine) -> str:
+    """How the run's narrow passes ran: ``engine.compilation``, and how many pass shapes ran eagerly
+    because their packages were not built (``cached`` mode: a cold cache runs, nothing compiles)."""
+    compilers = [m.compiled for m in engine.family.transformers() if m.compiled is not None]
+    eager = sum(len(c.missing) for c in compilers)
+    if not eager:
+        return engine.compilation
+    built = f"python -m mulo compile --family {engine.family.name} builds them"
+    if not any(c.runs for c in compilers):
+        return f"eager: no package built for its {eager} pass shape(s) ({built})"
+    return f"{engine.compilation} where built; {eager} pass shape(s) not built ran eagerly ({built})"
+
+
 def markdown(result: dict) -> str:
     env = result["environment"]
     head = (
@@ -233,7 +246,7 @@ def markdown(result: dict) -> str:
     if vs_eager:
         head += (
             '"vs eager AR": the method\'s speed-up over AR run on an eager copy of the family (same prompts '
-            'and seeds, after the table); "speed-up" is over AR on the compiled passes.\n\n'
+            'and seeds, after the table); "speed-up" is over AR in the table, its passes run as said above.\n\n'
         )
     return head + cols + "\n".join(lines) + "\n" + _emptied_note(result["methods"]) + skipped
 
@@ -311,7 +324,7 @@ def run(engine: Engine, quick: bool = False, n_prompts: int | None = None, label
         "step_cost_spread": {name: spreads[0] for name, spreads in costs.spread.items()},
         "pass_costs": costs.to_dict(),  # seconds per pass by model and width bucket
         "floor": pass_floor.floors(engine, costs.to_dict(), engine.family.device),  # each against its floor
-        "execution": engine.compilation,  # compiled narrow passes or eager (mulo.compiled)
+        "execution": execution(engine),  # compiled narrow passes or eager (mulo.compiled)
         "wall_s": time.perf_counter() - start,
         "environment": env,
         **{k: env[k] for k in ("device", "dtype", "threads", "versions")},

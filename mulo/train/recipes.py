@@ -470,7 +470,7 @@ FULL_SCENES = replace(
     ar_steps=20000,
     ar_batch=16,
     background_loss_share=0.1,
-    drafter_steps=12000,  # 2,500 left blank drafts that MuLo-SD's threshold accepts (chimeras notebook)
+    drafter_steps=17000,  # cosines of 6,000, 12,000, 17,000 (restarts at 7,000, 12,000): drafter notebook
     draft_model_steps=2000,
     upsampler_steps=1500,  # 96,000 scenes: what the target's first 6,000 steps read
     eagle_steps=1000,
@@ -527,7 +527,7 @@ RECIPES["scenes"] = Recipe(
     # 0.8-0.95 cut every start (the neighbours notebook); no guidance: it multiplies those small
     # probabilities everywhere (88 stray pieces an image at 3; the rotary notebook). Calibrated
     # (48 prompts, seeds 0, 1000): r = 4 keeps AR's quality at no point, so the fastest point where
-    # r = 2 does: l 0, k 4, tau 0.01 (10.6x NFE, FD 0.93x AR's; l 2: FD 2.8x; the drafter notebook).
+    # r = 2 does: l 0, k 4, tau 0.01 (10.7x NFE, FD 0.92x AR's; l 2: FD 1.45x; 2026-12-01 shipped notebook).
     defaults={**DEFAULTS, "cfg": 1.0, "top_p": 1.0, "rows_per_block": 16, "drafting": "zipar", "island_window": 8}
     | {"radius": 0, "k": 4, "tau": 0.01},
     target=SCENES_TARGET,
