@@ -64,7 +64,7 @@ COMPILE_HELP = (
 
 BENCH_COMPILE_HELP = (
     COMPILE_HELP + "; default auto, with --quick cached: the packages already built (python -m mulo "
-    "compile), the other passes eager, so a cold cache never spends ~15 min compiling for a 4 min look"
+    "compile), the other passes eager, so a cold cache never spends ~8 min compiling for a 1.5 min look"
 )
 
 
@@ -215,8 +215,8 @@ def cmd_bench(args) -> int:
     unknown = sorted(set(labels or []) - set(SPECS))
     if unknown:
         raise ValueError(f"unknown method label(s) {', '.join(unknown)}; known: {', '.join(SPECS)}")
-    # --quick on a cold cache would compile ~30 packages (~15 min) for a ~4 min run; MULO_COMPILE, when
-    # set, still rules as it does for auto
+    # --quick on a cold cache compiled 26 packages (~8 min) for ~1.5 min of work (docs/cpu-engine.md);
+    # MULO_COMPILE, when set, still rules as it does for auto
     compile_mode = args.compile or ("cached" if args.quick and "MULO_COMPILE" not in os.environ else "auto")
     engine = Engine(
         load_family(args.family, args.device, args.dtype), compile=compile_mode, wide_precision=args.wide_precision
