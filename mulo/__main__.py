@@ -349,6 +349,7 @@ def cmd_generate(args) -> int:
 
     from PIL import Image
 
+    from mulo import compiled
     from mulo.engine import Engine
     from mulo.families import load_family
 
@@ -366,7 +367,7 @@ def cmd_generate(args) -> int:
         )
     for warning in result.trace.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if any(m.compiled is not None and m.compiled.missing for m in engine.family.transformers()):  # cached mode
+    if compiled.shapes_not_built(engine.family.transformers())[0]:  # cached mode
         print(
             f"note: some passes ran eagerly, their compiled packages not built yet "
             f"(python -m mulo compile --family {args.family} builds them once)",

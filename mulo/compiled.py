@@ -103,6 +103,13 @@ def estimate_s() -> float:
     return sum(_built_seconds) / len(_built_seconds) if _built_seconds else FIRST_ESTIMATE_S
 
 
+def shapes_not_built(models) -> tuple[int, bool]:
+    """Over ``models``' compilers (``cached`` mode): how many pass shapes ran eagerly because their
+    packages were not built, and whether any pass ran compiled."""
+    compilers = [m.compiled for m in models if m.compiled is not None]
+    return sum(len(c.missing) for c in compilers), any(c.runs for c in compilers)
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("MULO_COMPILE_CACHE", Path.home() / ".cache" / "mulo" / "compiled"))
 

@@ -261,7 +261,7 @@ def test_cli_rejects_unknown_labels_in_one_line():
 @pytest.mark.parametrize(
     "argv, env, mode",
     [
-        (["--quick"], None, "cached"),  # a cold cache never compiles for a 4 min look
+        (["--quick"], None, "cached"),  # a cold cache never compiles for a 1.5 min look
         ([], None, "auto"),  # the full table is timed compiled
         (["--quick", "--compile", "on"], None, "on"),
         (["--quick"], "off", "auto"),  # MULO_COMPILE still rules, through auto

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mulo import wide
+from mulo import compiled, wide
 from mulo.eval import costs as pass_costs
 from mulo.eval import floor as pass_floor
 from mulo.eval import harness
@@ -196,12 +196,11 @@ def _wide(env: dict) -> str:
 def execution(engine) -> str:
     """How the run's narrow passes ran: ``engine.compilation``, and how many pass shapes ran eagerly
     because their packages were not built (``cached`` mode: a cold cache runs, nothing compiles)."""
-    compilers = [m.compiled for m in engine.family.transformers() if m.compiled is not None]
-    eager = sum(len(c.missing) for c in compilers)
+    eager, ran = compiled.shapes_not_built(engine.family.transformers())
     if not eager:
         return engine.compilation
     built = f"python -m mulo compile --family {engine.family.name} builds them"
-    if not any(c.runs for c in compilers):
+    if not ran:
         return f"eager: no package built for its {eager} pass shape(s) ({built})"
     return f"{engine.compilation} where built; {eager} pass shape(s) not built ran eagerly ({built})"
 
