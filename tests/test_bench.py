@@ -199,6 +199,37 @@ def test_a_pass_floor_counts_weights_kv_and_flops():
     assert wide["bound"] == "compute" and wide["floor_s"] == pytest.approx(wide["flops"] / 1e3)
 
 
+def test_a_wide_pass_in_bf16_is_priced_at_the_bf16_matrix_rate(monkeypatch):
+    """A pass whose layers ran in bfloat16 (mulo.wide) is held to the bf16 rate, not float32's: on
+    a CPU with bf16 matrix units the float32 floor would flatter it several times over."""
+    from types import SimpleNamespace
+
+    from mulo import wide
+    from mulo.eval import floor
+    from mulo.models.gpt import GPT, GPTConfig
+
+    config = GPTConfig(dim=8, n_layer=1, n_head=2, vocab_size=4, max_seq_len=256, cond_len=1, cond_dim=1,
+                       cond_type="class", multiple_of=8)  # fmt: skip
+    model = GPT(config)
+    wide.attach([model], "bfloat16")  # forced: no timing, passes over 64 queries in bf16
+    rates = {torch.float32: 1e9, torch.bfloat16: 4e9}
+    monkeypatch.setattr(floor, "matrix_rate", lambda device, dtype=torch.float32: rates[dtype])
+    monkeypatch.setattr(floor, "bandwidth", lambda device, mb: 1e15)  # every pass compute-bound
+    family = SimpleNamespace(target=model, drafters={}, draft_model=None, eagle_head=None)
+    engine = SimpleNamespace(family=family, make_config=lambda _: SimpleNamespace(guidance=1.0))
+    out = floor.floors(engine, {"widths": {"target": [64, 128]}, "seconds": {"target": [1.0, 1.0]}})
+    narrow, wide_row = out["models"]["target"]
+    assert (narrow["precision"], wide_row["precision"]) == ("float32", "bfloat16")
+    assert narrow["floor_s"] == pytest.approx(narrow["flops"] / 1e9)
+    assert wide_row["floor_s"] == pytest.approx(wide_row["flops"] / 4e9)
+    assert out["matrix_GFLOPs_bfloat16"] == pytest.approx(4.0)
+    text = "\n".join(floor.floor_lines(out))
+    assert "bfloat16 matrix rate 4 GFLOP/s" in text and "x bf16)" in text.split("| target |")[1]
+    wide.attach([model], "float32")  # all float32: no bf16 rate measured or named
+    out = floor.floors(engine, {"widths": {"target": [64, 128]}, "seconds": {"target": [1.0, 1.0]}})
+    assert "matrix_GFLOPs_bfloat16" not in out and "bf16" not in "\n".join(floor.floor_lines(out))
+
+
 def test_family_without_a_method_skips_it_with_the_reason(toy):
     engine = Engine(toy)
     draft_model, toy.draft_model = toy.draft_model, None

@@ -4,7 +4,9 @@ A pass of ``w`` tokens through a model reads every weight once and, per layer an
 the K/V of the slots its queries attend over, and does ``2 * w`` FLOPs per matrix weight plus
 its attention's. Its floor is the larger of those bytes at the machine's streaming bandwidth and
 those FLOPs at its matrix rate, both measured now (``profile.bandwidth``, ``matrix_rate``). A
-single-token step is all bytes (memory-bound); a verification over the grid is all FLOPs.
+single-token step is all bytes (memory-bound); a verification over the grid is all FLOPs. A wide
+pass whose layers ran in bfloat16 (``mulo.wide``) is priced at the bfloat16 matrix rate, measured
+in the same run: on a CPU with bf16 matrix units that rate is several times float32's.
 
 The bench prices every pass it times (``mulo.eval.costs``: causal, centred on the grid's middle,
 over a full cache) against its floor: ``over_floor = measured / floor``; 1 would be perfect.
@@ -19,10 +21,10 @@ import torch
 from mulo.eval.profile import bandwidth
 
 
-def matrix_rate(device="cpu", n: int = 1024, repeats: int = 5) -> float:
-    """float32 FLOP/s of an ``n x n`` matrix product, measured now (the best of ``repeats``)."""
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
+def matrix_rate(device="cpu", n: int = 1024, repeats: int = 5, dtype=torch.float32) -> float:
+    """FLOP/s of an ``n x n`` matrix product in ``dtype``, measured now (the best of ``repeats``)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
     a @ b  # warm-up
     best = float("inf")
     for _ in range(repeats):
@@ -63,6 +65,13 @@ def pass_floor(module, config, batch: int, width: int, context: int, bytes_per_s
     }
 
 
+def pass_precision(module, batch: int, width: int) -> str:
+    """The precision the layers of a pass of ``width`` queries ran in: a model's ``mulo.wide``
+    choice (its buckets were measured when the bench timed the pass), else float32."""
+    wide = getattr(module, "wide", None)
+    return "float32" if wide is None else wide.precision(batch, width)
+
+
 def models_of(family) -> dict[str, tuple[object, object]]:
     models = {"target": (family.target, family.target.config)}
     models.update({f"drafter_r{r}": (m, m.config) for r, m in family.drafters.items()})
@@ -80,6 +89,15 @@ def floors(engine, costs: dict, device="cpu") -> dict:
     batch = 1 if engine.make_config(None).guidance == 1 else 2
     models = models_of(engine.family)
     out = {"bandwidth_GBps": bytes_per_s / 1e9, "matrix_GFLOPs": flops_per_s / 1e9, "batch": batch, "models": {}}
+    precisions = {
+        name: [pass_precision(models[name][0], batch, width) for width in widths]
+        for name, widths in costs["widths"].items()
+        if name in models
+    }
+    rates = {"float32": flops_per_s}
+    if any("bfloat16" in row for row in precisions.values()):
+        rates["bfloat16"] = matrix_rate(device, dtype=torch.bfloat16)
+        out["matrix_GFLOPs_bfloat16"] = rates["bfloat16"] / 1e9
     n_cond = engine.family.target.config.cond_len
     for name, widths in costs["widths"].items():
         if name not in models:
@@ -87,29 +105,38 @@ def floors(engine, costs: dict, device="cpu") -> dict:
         module, config = models[name]
         n = config.max_seq_len
         rows = []
-        for width, seconds in zip(widths, costs["seconds"][name], strict=True):
+        for width, seconds, precision in zip(widths, costs["seconds"][name], precisions[name], strict=True):
             lo = max(1, min(n // 2 - width // 2, n - width))  # where costs.measure centres the pass
             context = n_cond + lo + width - 1
-            row = pass_floor(module, config, batch, width, context, bytes_per_s, flops_per_s)
+            row = pass_floor(module, config, batch, width, context, bytes_per_s, rates[precision])
+            row["precision"] = precision
             rows.append({"width": width, "seconds": seconds, **row, "over_floor": seconds / row["floor_s"]})
         out["models"][name] = rows
     return out
 
 
 def _cell(row: dict) -> str:
-    return f"{row['seconds'] * 1e3:.2f} / {row['floor_s'] * 1e3:.2f} ({row['over_floor']:.1f}x)"
+    bf16 = " bf16" if row.get("precision") == "bfloat16" else ""
+    return f"{row['seconds'] * 1e3:.2f} / {row['floor_s'] * 1e3:.2f} ({row['over_floor']:.1f}x{bf16})"
 
 
 def floor_lines(floor: dict | None) -> list[str]:
     """The bench's markdown section: each timed pass against its floor."""
     if not floor:
         return []
+    bf16 = floor.get("matrix_GFLOPs_bfloat16")
+    bf16_rate = (
+        f", bfloat16 matrix rate {bf16:.0f} GFLOP/s (the passes marked bf16 ran their layers in bfloat16, "
+        "`mulo/wide.py`, and are priced at that rate)"
+        if bf16
+        else ""
+    )
     lines = [
         "## Against the floor",
         "",
         f"Measured in the same run: streaming bandwidth {floor['bandwidth_GBps']:.1f} GB/s, float32 matrix rate "
-        f"{floor['matrix_GFLOPs']:.0f} GFLOP/s, CFG batch {floor['batch']}. A pass's floor is the larger of its bytes "
-        "(weights, K/V read) at that bandwidth and its FLOPs at that rate (`mulo/eval/floor.py`); "
+        f"{floor['matrix_GFLOPs']:.0f} GFLOP/s{bf16_rate}, CFG batch {floor['batch']}. A pass's floor is the larger "
+        "of its bytes (weights, K/V read) at that bandwidth and its FLOPs at that rate (`mulo/eval/floor.py`); "
         "each cell: measured ms / floor ms (times the floor).",
         "",
     ]

@@ -13,6 +13,10 @@ Measures, interleaved round by round so that drift hits every variant alike:
 - the target's single-token step, eager and compiled (``mulo.compiled``), the unit of the price of a
   wide pass in steps;
 - what ``mulo.wide``'s ``auto`` mode measures and chooses for each width bucket here;
+- where a wide pass's time goes (``--attention``): the profiler's split of the bench's pass into
+  products, attention and the rest in each precision, and the attention kernel alone at that pass's
+  shape against what might replace it (its masked form, queries in chunks that skip the keys no
+  query of the chunk sees, attention written as bf16 products, ``flex_attention`` compiled);
 - exactness on the trained target: one verification pass over AR's tokens in both precisions (total
   variation, draws moved under the same noise), and MuLo-SD (the family's defaults) end to end for
   a few seeds with the wide passes forced to bf16 (tokens differing, acceptance).
@@ -40,6 +44,7 @@ from mulo.runner import ModelRunner
 from mulo.sampling import sample
 
 PROMPT = "red apple"
+PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
 def interleaved(variants: dict, rounds: int) -> dict:
@@ -114,6 +119,95 @@ def verification_passes(fam, guidance: float, rounds: int) -> dict:
     timed = interleaved(variants, rounds)
     target.wide = by_precision["float32"]
     return timed
+
+
+@torch.no_grad()
+def pass_profile(fam, guidance: float) -> dict:
+    """The bench's verification pass under the profiler, in each precision: milliseconds a pass in
+    the attention kernel, in matrix products and in everything else (three passes after two)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    target = fam.target
+    n = target.config.max_seq_len
+    cond = fam.condition(PROMPT, 0)
+    tokens = torch.zeros(2, n - 1, dtype=torch.long)
+    both = torch.cat([cond[None], target.null_condition(cond[None])])
+    split = {}
+    for precision in ("float32", "bfloat16"):
+        target.wide = wide.WidePasses(target, precision)
+        for _ in range(2):
+            target(tokens, both)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                target(tokens, both)
+        ms = {"attention": 0.0, "products": 0.0, "other": 0.0}
+        for event in prof.key_averages():
+            kind = "attention" if "attention" in event.key else "products" if event.key in PRODUCTS else "other"
+            ms[kind] += event.self_cpu_time_total / 1e3 / 3
+        split[precision] = {name: round(value, 2) for name, value in ms.items()}
+    target.wide = wide.WidePasses(target, "float32")
+    return split
+
+
+@torch.no_grad()
+def attention_kernels(fam, rounds: int) -> dict:
+    """One layer's attention at the bench pass's shape (CFG batch 2, the grid's queries over the
+    condition and the grid), median ms, and each variant's largest difference from float32 flash."""
+    c = fam.target.config
+    n_cond, width, keys = c.cond_len, c.max_seq_len - 1, c.n_positions  # the runner's full pass
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, c.n_head, width, c.head_dim, generator=gen)
+    k, v = (torch.randn(2, c.n_head, keys, c.head_dim, generator=gen) for _ in range(2))
+    mask = torch.ones(width, keys, dtype=torch.bool).tril(n_cond)
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    q16, k16, v16 = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    bias = torch.zeros(width, keys, dtype=torch.bfloat16).masked_fill_(~mask, float("-inf"))
+
+    def key_trimmed(q, k, v, chunk=256):  # exact: a chunk's queries see no key past its last row's
+        out = torch.empty_like(q)
+        for lo in range(0, width, chunk):
+            hi = min(lo + chunk, width)
+            seen = n_cond + hi
+            out[:, :, lo:hi] = F.scaled_dot_product_attention(
+                q[:, :, lo:hi], k[:, :, :seen], v[:, :, :seen], attn_mask=mask[lo:hi, :seen]
+            )
+        return out
+
+    def bf16_products(chunk=128):  # scores as bf16 products, softmax over bf16 scores
+        out = torch.empty_like(q16)
+        for lo in range(0, width, chunk):
+            hi = min(lo + chunk, width)
+            seen = n_cond + hi
+            scores = torch.matmul(q16[:, :, lo:hi], k16[:, :, :seen].transpose(-1, -2)) * c.head_dim**-0.5
+            out[:, :, lo:hi] = torch.softmax(scores + bias[lo:hi, :seen], -1) @ v16[:, :, :seen]
+        return out
+
+    variants = {
+        "flash_float32_masked": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+        "flash_bf16_masked": lambda: F.scaled_dot_product_attention(q16, k16, v16, attn_mask=mask),
+        "flash_float32_causal_grid_only": lambda: F.scaled_dot_product_attention(
+            q, k[:, :, n_cond:], v[:, :, n_cond:], is_causal=True
+        ),
+        "flash_bf16_causal_grid_only": lambda: F.scaled_dot_product_attention(
+            q16, k16[:, :, n_cond:], v16[:, :, n_cond:], is_causal=True
+        ),
+        "key_trimmed_float32": lambda: key_trimmed(q, k, v),
+        "key_trimmed_bf16": lambda: key_trimmed(q16, k16, v16),
+        "bf16_products": bf16_products,
+    }
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    block_mask = create_block_mask(lambda b, h, i, j: j <= i + n_cond, None, None, width, keys, device="cpu")
+    flex = torch.compile(flex_attention)
+    variants["flex_compiled_bf16"] = lambda: flex(q16, k16, v16, block_mask=block_mask)
+    timed = interleaved(variants, rounds)
+    rows = {}
+    for name, fn in variants.items():
+        rows[name] = {
+            "median_ms": timed[name]["median_s"] * 1e3,
+            "max_abs_difference": float((fn().float() - reference).abs().max()),
+        }
+    return {"shape [batch, heads, queries, keys, head_dim]": [2, c.n_head, width, keys, c.head_dim], "variants": rows}
 
 
 @torch.no_grad()
@@ -219,6 +313,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/wide-precision.json"))
     parser.add_argument("--threads", type=int, help="torch threads (default torch's)")
+    parser.add_argument("--attention", action="store_true", help="also profile the pass and time attention kernels")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -230,7 +325,9 @@ def main() -> None:
     batch = 2 if guidance != 1 else 1
     result = {
         "command": f"python tools/experiments/wide_precision.py --family {args.family} --rounds {args.rounds} "
-        f"--seeds {args.seeds}" + (f" --threads {args.threads}" if args.threads else ""),
+        f"--seeds {args.seeds}"
+        + (f" --threads {args.threads}" if args.threads else "")
+        + (" --attention" if args.attention else ""),
         "date": time.strftime("%Y-%m-%d"),
         "machine": wide.machine(),
         "cpu_flags": cpu_flags(),
@@ -246,6 +343,10 @@ def main() -> None:
     result["single_token_step"] = steps(fam, guidance, args.rounds)
     print("verification passes", flush=True)
     result["verification_pass"] = verification_passes(fam, guidance, args.rounds)
+    if args.attention:
+        print("attention", flush=True)
+        result["pass_profile_ms"] = pass_profile(fam, guidance)
+        result["attention_kernels"] = attention_kernels(fam, args.rounds * 2)
     print("auto choices", flush=True)
     result["auto"] = auto_choices(fam, batch)
     print("exactness", flush=True)
