@@ -89,15 +89,7 @@ def floors(engine, costs: dict, device="cpu") -> dict:
     batch = 1 if engine.make_config(None).guidance == 1 else 2
     models = models_of(engine.family)
     out = {"bandwidth_GBps": bytes_per_s / 1e9, "matrix_GFLOPs": flops_per_s / 1e9, "batch": batch, "models": {}}
-    precisions = {
-        name: [pass_precision(models[name][0], batch, width) for width in widths]
-        for name, widths in costs["widths"].items()
-        if name in models
-    }
-    rates = {"float32": flops_per_s}
-    if any("bfloat16" in row for row in precisions.values()):
-        rates["bfloat16"] = matrix_rate(device, dtype=torch.bfloat16)
-        out["matrix_GFLOPs_bfloat16"] = rates["bfloat16"] / 1e9
+    rates = {"float32": flops_per_s}  # the bf16 rate measured once, when some pass ran in bf16
     n_cond = engine.family.target.config.cond_len
     for name, widths in costs["widths"].items():
         if name not in models:
@@ -105,13 +97,18 @@ def floors(engine, costs: dict, device="cpu") -> dict:
         module, config = models[name]
         n = config.max_seq_len
         rows = []
-        for width, seconds, precision in zip(widths, costs["seconds"][name], precisions[name], strict=True):
+        for width, seconds in zip(widths, costs["seconds"][name], strict=True):
+            precision = pass_precision(module, batch, width)
+            if precision not in rates:
+                rates[precision] = matrix_rate(device, dtype=getattr(torch, precision))
             lo = max(1, min(n // 2 - width // 2, n - width))  # where costs.measure centres the pass
             context = n_cond + lo + width - 1
             row = pass_floor(module, config, batch, width, context, bytes_per_s, rates[precision])
-            row["precision"] = precision
-            rows.append({"width": width, "seconds": seconds, **row, "over_floor": seconds / row["floor_s"]})
+            over = seconds / row["floor_s"]
+            rows.append({"width": width, "seconds": seconds, "precision": precision, **row, "over_floor": over})
         out["models"][name] = rows
+    if "bfloat16" in rates:
+        out["matrix_GFLOPs_bfloat16"] = rates["bfloat16"] / 1e9
     return out
 
 

@@ -86,15 +86,21 @@ def products(rounds: int) -> dict:
     return timed
 
 
+def bench_pass_inputs(fam):
+    """The bench's verification pass (``bench.verification_pass_seconds``): the prompt's condition,
+    zero tokens over the grid for both CFG branches, and the two branches' conditions."""
+    cond = fam.condition(PROMPT, 0)
+    tokens = torch.zeros(2, fam.target.config.max_seq_len - 1, dtype=torch.long)
+    return cond, tokens, torch.cat([cond[None], fam.target.null_condition(cond[None])])
+
+
 @torch.no_grad()
 def verification_passes(fam, guidance: float, rounds: int) -> dict:
     target = fam.target
     n = target.config.max_seq_len
     copy16 = copy.deepcopy(target, memo={id(target.wide): None, id(target.compiled): None}).to(torch.bfloat16)
     copy16.wide = copy16.compiled = None
-    cond = fam.condition(PROMPT, 0)
-    tokens = torch.zeros(2, n - 1, dtype=torch.long)
-    both = torch.cat([cond[None], target.null_condition(cond[None])])
+    cond, tokens, both = bench_pass_inputs(fam)
 
     by_precision = {name: wide.WidePasses(target, name) for name in ("float32", "bfloat16")}
 
@@ -122,16 +128,13 @@ def verification_passes(fam, guidance: float, rounds: int) -> dict:
 
 
 @torch.no_grad()
-def pass_profile(fam, guidance: float) -> dict:
+def pass_profile(fam) -> dict:
     """The bench's verification pass under the profiler, in each precision: milliseconds a pass in
     the attention kernel, in matrix products and in everything else (three passes after two)."""
     from torch.profiler import ProfilerActivity, profile
 
     target = fam.target
-    n = target.config.max_seq_len
-    cond = fam.condition(PROMPT, 0)
-    tokens = torch.zeros(2, n - 1, dtype=torch.long)
-    both = torch.cat([cond[None], target.null_condition(cond[None])])
+    _, tokens, both = bench_pass_inputs(fam)
     split = {}
     for precision in ("float32", "bfloat16"):
         target.wide = wide.WidePasses(target, precision)
@@ -345,7 +348,7 @@ def main() -> None:
     result["verification_pass"] = verification_passes(fam, guidance, args.rounds)
     if args.attention:
         print("attention", flush=True)
-        result["pass_profile_ms"] = pass_profile(fam, guidance)
+        result["pass_profile_ms"] = pass_profile(fam)
         result["attention_kernels"] = attention_kernels(fam, args.rounds * 2)
     print("auto choices", flush=True)
     result["auto"] = auto_choices(fam, batch)
