@@ -214,8 +214,9 @@ def _compile(model, batch: int, bucket: int | str, path: Path) -> None:
     ``SAMPLED``), the key count and the cache's slot count dynamic, and compile it into the
     package at ``path``."""
     # Export a copy: tracing swaps the module's weights for fake tensors while it runs, and the
-    # model itself keeps serving eager passes meanwhile (a background compile in the app)
-    model = copy.deepcopy(model, memo={id(model.compiled): None})
+    # model itself keeps serving eager passes meanwhile (a background compile in the app); not its
+    # wide passes' state (a lock, compiled bf16 layers), which a narrow step never uses
+    model = copy.deepcopy(model, memo={id(model.compiled): None, id(getattr(model, "wide", None)): None})
     c = model.config
     n_slots = c.n_positions
     width = 1 if bucket == SAMPLED else bucket

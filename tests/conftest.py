@@ -11,6 +11,8 @@ os.environ.setdefault("MULO_COMPILE", "off")
 # Wide passes (mulo.wide) stay float32 in the suite: an AMX machine would otherwise measure and pick
 # bfloat16, and the pinned tokens would move; tests/test_wide.py forces each precision itself.
 os.environ.setdefault("MULO_WIDE_PRECISION", "float32")
+# bf16 passes under autocast unless a test asks for compiled layers (mulo.fused_layers): no compile per test
+os.environ.setdefault("MULO_WIDE_FUSED", "0")
 # Under pytest-xdist (the README's `-n 2`) each of the two workers takes one core: one torch thread
 # each, and the processes they start (CLI, app, device rehearsal) inherit one OpenMP thread. Two
 # workers of two threads each oversubscribe the two cores (the fast tier did not end in 10 min).

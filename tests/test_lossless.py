@@ -17,8 +17,8 @@ With the target's passes of two or more tokens in bfloat16 (``mulo.wide``: the v
 here the prefill too), SD and SJD still pass against the float32 target's distribution: bf16
 rounding moves the verifying distribution by less than these sample sizes can see.
 
-    SD   bf16 verification 18.2 [42.4]
-    SJD  bf16 verification 19.9 [64.0]
+    SD   bf16 verification 18.2 [42.4]   compiled bf16 layers (``mulo.fused_layers``) 20.6
+    SJD  bf16 verification 19.9 [64.0]   compiled bf16 layers 18.7
 """
 
 import pytest
@@ -204,27 +204,32 @@ def test_ar_check_rejects_a_wrong_sampling_distribution(bug, p_target, monkeypat
 # -- with bf16 verification (mulo.wide) ----------------------------------------------------------------
 
 
-@pytest.fixture
-def bf16_verification(p_target):  # p_target first: the distribution tested against is the float32 one
-    wide.attach([TARGET], "bfloat16", min_width=2)
-    yield
+@pytest.fixture(params=["autocast", "compiled"])
+def bf16_verification(p_target, request):  # p_target first: the distribution tested against is the float32 one
+    """The target's passes in bf16 as each bf16 path runs them: under autocast, and with the layers
+    compiled (``mulo.fused_layers``, the engine's path on CPUs with bf16 matrix units)."""
+    wide.attach([TARGET], "bfloat16", min_width=2, fused=request.param == "compiled")
+    yield request.param
     TARGET.wide = None
 
 
 def _assert_target_passes_in_bf16(fn, family, **knobs):
     _, _, ctx = run_method(fn, family, COND, 0, **knobs)
     assert ctx.precisions()["target"].get("bfloat16", 0) >= 2  # the prefill and a verification at least
+    return TARGET.wide.layers
 
 
 @pytest.mark.slow
 def test_sd_with_bf16_verification_matches_the_target_sequence_distribution(p_target, bf16_verification):
-    _assert_target_passes_in_bf16(speculative.generate, bare_family(TARGET, DRAFTER), **SD_KNOBS)
+    layers = _assert_target_passes_in_bf16(speculative.generate, bare_family(TARGET, DRAFTER), **SD_KNOBS)
+    assert layers == bf16_verification
     stat, critical = _chi_square_and_critical(_sd_counts(), p_target)
     assert stat < critical, (stat, critical)
 
 
 @pytest.mark.slow
 def test_sjd_with_bf16_verification_matches_the_target_sequence_distribution(p_target, bf16_verification):
-    _assert_target_passes_in_bf16(sjd.generate, bare_family(TARGET), **SJD_KNOBS)
+    layers = _assert_target_passes_in_bf16(sjd.generate, bare_family(TARGET), **SJD_KNOBS)
+    assert layers == bf16_verification
     stat, critical = _chi_square_and_critical(_sjd_counts(), p_target)
     assert stat < critical, (stat, critical)

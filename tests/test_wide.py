@@ -16,13 +16,15 @@ context, so a seed's image either matches the float32 one or differs from the fi
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from mulo import wide
 from mulo.engine import Engine
 from mulo.families import toy
-from mulo.models.gpt import GPT
+from mulo.models.gpt import GPT, KVCache, causal_offset
 from mulo.runner import ModelRunner
 from mulo.sampling import sample
 from mulo.tracefile import load_trace, parse
@@ -52,10 +54,11 @@ def models_of(fam) -> list[GPT]:
     return [fam.target, *fam.drafters.values(), fam.draft_model]
 
 
-def verification_draws(fam, engine, seq, seed, precision):
+def verification_draws(fam, engine, seq, seed, precision, fused=False):
     """One causal target pass over ``seq`` (and the prefill) in ``precision``, every position
-    drawn with the seed's noise: ``(probs [n, V], tokens [n], the runner's passes by precision)``."""
-    wide.attach(models_of(fam), precision, min_width=2)
+    drawn with the seed's noise: ``(probs [n, V], tokens [n], the runner's passes by precision)``.
+    ``fused``: bf16 passes run compiled layers (``mulo.fused_layers``), else autocast."""
+    wide.attach(models_of(fam), precision, min_width=2, fused=fused)
     c = engine.make_config(None)
     runner = ModelRunner(fam.target, fam.condition("red apple", seed), c.guidance, c.temperature, c.top_k, c.top_p)
     runner.prefill()
@@ -188,3 +191,104 @@ def test_wide_precision_needs_a_float32_cpu_model_and_a_known_mode(family, monke
     bf16_model = toy.build().target.to(torch.bfloat16)
     assert wide.attach([bf16_model], "bfloat16") == "the model's own dtype: not float32"
     assert bf16_model.wide is None
+
+
+def test_causal_offset_finds_only_masks_causal_up_to_their_last_key():
+    for q, p in [(1, 0), (5, 0), (5, 3), (64, 17)]:
+        assert causal_offset(torch.ones(q, q + p, dtype=torch.bool).tril(p)) == p
+    causal = torch.ones(8, 12, dtype=torch.bool).tril(4)
+    holed = causal.clone()
+    holed[5, 6] = False  # a final-position mask's hole: an undecided token before the query
+    assert causal_offset(holed) is None
+    assert causal_offset(torch.ones(8, 12, dtype=torch.bool).tril(3)) is None  # one key fewer a query
+    assert causal_offset(torch.ones(8, 12, dtype=torch.bool).tril(5)) is None  # one more
+    assert causal_offset(torch.ones(4, 9, dtype=torch.bool).tril(5)) is None  # P >= Q: padding costs more
+
+
+def test_the_causal_kernel_over_padded_queries_is_the_masked_attention(family):
+    """The padding's direction and slicing: zero queries on top, dropped after, give what the mask
+    gives (float32, where the kernels differ only in rounding; put them at the bottom and it fails)."""
+    model = family.target
+    c = model.config
+    attention = model.layers[0].attention
+    for width, prefix in [(40, 17), (63, 2), (20, 0)]:
+        n_slots = prefix + width
+        cache = KVCache(c, 2, "cpu", torch.float32, n_slots)
+        slots = torch.arange(prefix, n_slots)
+        cache.written[:] = True  # the condition's slots, as after a prefill
+        mask = cache.admit(slots, torch.ones(width, n_slots, dtype=torch.bool).tril(prefix))
+        cache.k.normal_(generator=torch.Generator().manual_seed(1))
+        cache.v.normal_(generator=torch.Generator().manual_seed(2))
+        x = torch.randn(2, width, c.dim, generator=torch.Generator().manual_seed(width))
+        masked = attention(x, 0, slots, mask, cache)
+        padded = attention(x, 0, slots, mask, cache, causal_pad=causal_offset(mask))
+        assert causal_offset(mask) == prefix
+        torch.testing.assert_close(padded, masked, rtol=0, atol=1e-5)
+
+
+def test_a_bf16_verification_runs_the_causal_kernel_and_a_float32_one_the_mask(family, engine, monkeypatch):
+    real, kinds = torch.nn.functional.scaled_dot_product_attention, []
+
+    def spy(q, k, v, attn_mask=None, is_causal=False, **kwargs):
+        kinds.append("causal" if is_causal else "masked")
+        return real(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    seq = engine.generate("red apple", "ar", 0).tokens.reshape(-1)
+    layers = family.target.config.n_layer
+    for precision, kind in [("float32", "masked"), ("bfloat16", "causal")]:
+        kinds.clear()
+        verification_draws(family, engine, seq, 0, precision)  # the prefill, then the grid after it
+        assert kinds == [kind] * (2 * layers), (precision, kinds)
+
+
+def test_compiled_bf16_layers_draw_as_autocast_does(family, engine):
+    """bf16 passes with their dense parts compiled (``mulo.fused_layers``) round as autocast's do,
+    not as float32: the same products in bf16, the elementwise work fused. Measured on the toy (mean
+    total variation per position): compiled to autocast 0.012, compiled to float32 0.021, autocast to
+    float32 0.019; with the Q/K/V product run in float32 by mistake, compiled to autocast is 0.020."""
+    seq = engine.generate("red apple", "ar", 0).tokens.reshape(-1)
+    p32, _, _ = verification_draws(family, engine, seq, 0, "float32")
+    p16, _, _ = verification_draws(family, engine, seq, 0, "bfloat16")
+    fused, _, passes = verification_draws(family, engine, seq, 0, "bfloat16", fused=True)
+    assert family.target.wide.layers == "compiled" and passes == {"bfloat16": 2}
+    to_autocast = 0.5 * (fused - p16).abs().sum(-1).mean()
+    to_float32, autocast_to_float32 = (0.5 * (p - p32).abs().sum(-1).mean() for p in (fused, p16))
+    assert 0 < to_float32 < 2 * autocast_to_float32 and to_autocast < 0.8 * autocast_to_float32, (
+        to_autocast,
+        to_float32,
+        autocast_to_float32,
+    )
+
+
+def test_compiled_layers_follow_a_weight_change_and_fall_back_to_autocast(family, engine, monkeypatch, caplog):
+    """A training step changes the weights in place: the next bf16 pass copies and compiles them
+    again; a copy of the model compiles its own. Where Inductor cannot compile, the passes run under
+    autocast, with one warning."""
+    seq = engine.generate("red apple", "ar", 0).tokens.reshape(-1)
+    verification_draws(family, engine, seq, 0, "bfloat16", fused=True)
+    wide_passes = family.target.wide
+    first = wide_passes.compiled_layers()
+    twin = copy.deepcopy(family.target)  # as a test, or a package's export, copies a model
+    assert twin.wide.layers == "compiled at the first bf16 pass" and twin.wide.model is twin
+    weight = family.target.layers[0].feed_forward.w2.weight
+    with torch.no_grad():
+        weight.mul_(2.0)
+    try:
+        again = wide_passes.compiled_layers()
+        assert again is not first and not again.stale and first.stale
+        torch.testing.assert_close(again.parts[0][1].w2, weight.bfloat16())
+    finally:
+        with torch.no_grad():
+            weight.mul_(0.5)
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    with caplog.at_level("WARNING", logger="mulo.fused_layers"):
+        probs, _, passes = verification_draws(family, engine, seq, 0, "bfloat16", fused=True)
+    p16, _, _ = verification_draws(family, engine, seq, 0, "bfloat16")
+    assert family.target.wide.layers == "autocast" and passes == {"bfloat16": 2}
+    assert torch.equal(probs, p16)  # autocast's pass, as if never asked for compiled layers
+    assert "no C++ compiler" in caplog.text and caplog.text.count("stay under autocast") == 1

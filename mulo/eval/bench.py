@@ -177,6 +177,8 @@ def environment(engine: Engine) -> dict:
                 **{f"drafter_r{r}": m for r, m in fam.drafters.items()},
             }
         ),
+        # how a bf16 pass ran its layers: compiled (mulo.fused_layers) or under autocast
+        "wide_bf16_layers": fam.target.wide.layers if fam.target.wide is not None else "float32",
         "versions": versions(),
         "defaults": engine.make_config(None).to_dict(),
     }
@@ -190,7 +192,9 @@ def _wide(env: dict) -> str:
         for name, report in env.get("wide_passes", {}).items()
         for bucket, c in report.items()
     ]
-    return f"{mode}: {', '.join(buckets)}" if buckets else mode
+    layers = env.get("wide_bf16_layers")
+    how = f"{mode}: {', '.join(buckets)}" if buckets else mode
+    return f"{how}; bf16 layers {layers}" if layers and layers != "float32" else how
 
 
 def execution(engine) -> str:

@@ -9,14 +9,17 @@ Measures, interleaved round by round so that drift hits every variant alike:
 - one full verification pass of the family's target, as the cost table prices it (the runner's pass
   over the whole grid, the engine's CFG batch) and as the bench's ``verification_pass_s`` (teacher
   forced, CFG batch 2): float32 (today's path), bf16 under autocast (``mulo.wide``), and a bf16 copy
-  of the model (the alternative: its cache in bf16 too);
+  of the model (the alternative: its cache in bf16 too), and bf16 with each layer's dense parts
+  compiled (``mulo.fused_layers``: Inductor, frozen bf16 weights, elementwise work fused; attention
+  eager), the engine's bf16 path where the CPU has bf16 matrix units;
 - the target's single-token step, eager and compiled (``mulo.compiled``), the unit of the price of a
   wide pass in steps;
 - what ``mulo.wide``'s ``auto`` mode measures and chooses for each width bucket here;
 - where a wide pass's time goes (``--attention``): the profiler's split of the bench's pass into
   products, attention and the rest in each precision, and the attention kernel alone at that pass's
   shape against what might replace it (its masked form, queries in chunks that skip the keys no
-  query of the chunk sees, attention written as bf16 products, ``flex_attention`` compiled);
+  query of the chunk sees, the causal kernel over zero queries put on top (what a bf16 pass runs),
+  attention written as bf16 products, ``flex_attention`` compiled);
 - exactness on the trained target: one verification pass over AR's tokens in both precisions (total
   variation, draws moved under the same noise), and MuLo-SD (the family's defaults) end to end for
   a few seeds with the wide passes forced to bf16 (tokens differing, acceptance).
@@ -102,7 +105,12 @@ def verification_passes(fam, guidance: float, rounds: int) -> dict:
     copy16.wide = copy16.compiled = None
     cond, tokens, both = bench_pass_inputs(fam)
 
-    by_precision = {name: wide.WidePasses(target, name) for name in ("float32", "bfloat16")}
+    by_precision = {  # how the layers of a pass run: float32, bf16 under autocast, bf16 compiled
+        "float32": wide.WidePasses(target, "float32"),
+        "bf16_autocast": wide.WidePasses(target, "bfloat16", fused=False),
+        "bf16_fused": wide.WidePasses(target, "bfloat16", fused=True),
+    }
+    by_precision["bf16_fused"].compiled_layers()  # compiled here, outside the timing
 
     def with_precision(fn, precision):
         def run():
@@ -116,13 +124,22 @@ def verification_passes(fam, guidance: float, rounds: int) -> dict:
     runner16 = _runner_pass(copy16, cond, guidance, n - 1)
     variants = {
         "runner_float32": with_precision(runner32, "float32"),
-        "runner_bf16_autocast": with_precision(runner32, "bfloat16"),
+        "runner_bf16_autocast": with_precision(runner32, "bf16_autocast"),
         "runner_bf16_copy": runner16,
+        "runner_bf16_fused": with_precision(runner32, "bf16_fused"),
         "bench_float32": with_precision(lambda: target(tokens, both), "float32"),
-        "bench_bf16_autocast": with_precision(lambda: target(tokens, both), "bfloat16"),
+        "bench_bf16_autocast": with_precision(lambda: target(tokens, both), "bf16_autocast"),
         "bench_bf16_copy": lambda: copy16(tokens, both.bfloat16()),
+        "bench_bf16_fused": with_precision(lambda: target(tokens, both), "bf16_fused"),
     }
     timed = interleaved(variants, rounds)
+    logits = {}  # the bench pass's logits, as each variant runs it
+    for name, passes in by_precision.items():
+        target.wide = passes
+        logits[name] = target(tokens, both)
+    for name in ("bf16_autocast", "bf16_fused"):
+        difference = (logits[name] - logits["float32"]).abs().max()
+        timed[f"bench_{name}"]["max_abs_logit_difference_from_float32"] = float(difference)
     target.wide = by_precision["float32"]
     return timed
 
@@ -136,8 +153,12 @@ def pass_profile(fam) -> dict:
     target = fam.target
     _, tokens, both = bench_pass_inputs(fam)
     split = {}
-    for precision in ("float32", "bfloat16"):
-        target.wide = wide.WidePasses(target, precision)
+    for precision, passes in (
+        ("float32", wide.WidePasses(target, "float32")),
+        ("bfloat16", wide.WidePasses(target, "bfloat16", fused=False)),  # under autocast
+        ("bf16_fused", wide.WidePasses(target, "bfloat16", fused=True)),  # compiled layers
+    ):
+        target.wide = passes
         for _ in range(2):
             target(tokens, both)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -176,6 +197,10 @@ def attention_kernels(fam, rounds: int) -> dict:
             )
         return out
 
+    def padded_causal(q, k, v):  # what a bf16 pass runs (``gpt.causal_offset``): zero queries on top
+        out = F.scaled_dot_product_attention(F.pad(q, (0, 0, n_cond, 0)), k, v, is_causal=True)
+        return out[:, :, n_cond:]
+
     def bf16_products(chunk=128):  # scores as bf16 products, softmax over bf16 scores
         out = torch.empty_like(q16)
         for lo in range(0, width, chunk):
@@ -194,6 +219,8 @@ def attention_kernels(fam, rounds: int) -> dict:
         "flash_bf16_causal_grid_only": lambda: F.scaled_dot_product_attention(
             q16, k16[:, :, n_cond:], v16[:, :, n_cond:], is_causal=True
         ),
+        "padded_causal_float32": lambda: padded_causal(q, k, v),
+        "padded_causal_bf16": lambda: padded_causal(q16, k16, v16),
         "key_trimmed_float32": lambda: key_trimmed(q, k, v),
         "key_trimmed_bf16": lambda: key_trimmed(q16, k16, v16),
         "bf16_products": bf16_products,
@@ -364,7 +391,7 @@ def main() -> None:
     }
     for kind in ("runner", "bench"):
         fp32 = passes[f"{kind}_float32"]["median_s"]
-        for variant in ("bf16_autocast", "bf16_copy"):
+        for variant in ("bf16_autocast", "bf16_copy", "bf16_fused"):
             result["ratios"][f"{kind}_pass_{variant}_speed_over_fp32"] = fp32 / passes[f"{kind}_{variant}"]["median_s"]
     for name, row in passes.items():
         result["ratios"][f"{name}_in_compiled_steps"] = row["median_s"] / step
