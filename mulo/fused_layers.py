@@ -20,11 +20,11 @@ change, a training step, are copied and compiled again).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 log = logging.getLogger(__name__)
@@ -36,41 +36,32 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
-def _before_attention(h, norm_weight, eps: float, wqkv):
-    """``h`` float32 residual -> bf16 ``qkv``: the layer's RMSNorm, then its Q/K/V product."""
-    x = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * norm_weight
-    return F.linear(x.bfloat16(), wqkv)
-
-
-def _after_attention(h, attended, wo, norm_weight, eps: float, w1, w2, w3):
-    """The output product and residual, the norm, the feed-forward and its residual."""
-    h = h + F.linear(attended, wo).float()
-    x = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * norm_weight).bfloat16()
-    return h + F.linear(F.silu(F.linear(x, w1)) * F.linear(x, w3), w2).float()
+def _bf16(module: nn.Module) -> nn.Module:
+    """A bf16 copy of ``module``'s weights, for the products (the norms stay the model's own)."""
+    return copy.deepcopy(module).to(torch.bfloat16).requires_grad_(False)
 
 
 class _BeforeAttention(nn.Module):
+    """The layer's norm, then its Q/K/V product: float32 residual in, bf16 ``qkv`` out."""
+
     def __init__(self, layer):
         super().__init__()
-        self.register_buffer("norm", layer.attention_norm.weight.detach().clone())
-        self.register_buffer("wqkv", layer.attention.wqkv.weight.detach().to(torch.bfloat16))
-        self.eps = layer.attention_norm.eps
+        self.norm, self.wqkv = layer.attention_norm, _bf16(layer.attention.wqkv)
 
     def forward(self, h):
-        return _before_attention(h, self.norm, self.eps, self.wqkv)
+        return self.wqkv(self.norm(h).bfloat16())
 
 
 class _AfterAttention(nn.Module):
+    """The output product and residual, the norm, the feed-forward and its residual."""
+
     def __init__(self, layer):
         super().__init__()
-        ff = layer.feed_forward
-        self.register_buffer("norm", layer.ffn_norm.weight.detach().clone())
-        for name, linear in (("wo", layer.attention.wo), ("w1", ff.w1), ("w2", ff.w2), ("w3", ff.w3)):
-            self.register_buffer(name, linear.weight.detach().to(torch.bfloat16))
-        self.eps = layer.ffn_norm.eps
+        self.wo, self.norm, self.feed_forward = _bf16(layer.attention.wo), layer.ffn_norm, _bf16(layer.feed_forward)
 
     def forward(self, h, attended):
-        return _after_attention(h, attended, self.wo, self.norm, self.eps, self.w1, self.w2, self.w3)
+        h = h + self.wo(attended).float()
+        return h + self.feed_forward(self.norm(h).bfloat16()).float()
 
 
 def _versions(model) -> tuple[int, ...]:

@@ -147,8 +147,8 @@ class WidePasses:
         self.chosen: dict[tuple[int, int], dict] = {}  # (batch, bucket) -> its timings and precision
         self.machine = machine() if on is None else on  # ``on``: the machine key, read once by ``attach``
         self.path = choices_path(self.machine)
-        self._fused = None  # ``fused_layers.FusedLayers`` once built; False: not to be built
-        # (a CPU without bf16 matrix units rarely picks bf16: no compile for it)
+        self._fused = None  # ``fused_layers.FusedLayers`` once built
+        # (a CPU without bf16 matrix units rarely picks bf16: no compile for it; False after a failed one)
         self.fused = (
             fused_layers.enabled() and bool(BF16_UNITS & set(self.machine.get("flags", ()))) if fused is None else fused
         )
@@ -163,19 +163,20 @@ class WidePasses:
         ``compiled at the first bf16 pass`` (none ran yet); ``float32`` when forced."""
         if self.mode == "float32":
             return "float32"
-        if self._fused:
+        if self._fused is not None:
             return "compiled"
-        return "compiled at the first bf16 pass" if self.fused and self._fused is None else "autocast"
+        return "compiled at the first bf16 pass" if self.fused else "autocast"
 
     def compiled_layers(self):
         """The layers a bf16 pass runs (``FusedLayers``, built at the first call), or None: autocast."""
-        if not self.fused or self._fused is False:
+        if not self.fused:
             return None
         if self._fused is None or self._fused.stale:
             with _build_lock:  # (the app's concurrent requests: one compile, the others wait for it)
                 if self._fused is None or self._fused.stale:
-                    self._fused = fused_layers.build(self.model) or False
-        return self._fused or None
+                    self._fused = fused_layers.build(self.model)
+                    self.fused = self._fused is not None
+        return self._fused
 
     def precision(self, batch: int, width: int) -> str:
         """``float32`` or ``bfloat16``: how a pass of ``width`` queries and CFG batch ``batch`` runs
