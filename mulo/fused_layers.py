@@ -3,7 +3,7 @@
 Why: on a CPU with bf16 matrix units a wide pass's products run ~4x faster in bf16 (``mulo.wide``),
 but under ``torch.autocast`` the rest of a layer does not: the norms, SiLU, the gate's product, the
 residual adds and autocast's casts are memory-bound elementwise loops, as slow in bf16 as in
-float32, and at a verification's shape they become the largest share of a bf16 pass (~19 of ~46 ms
+float32, and at a verification's shape they become the largest share of a bf16 pass (~21 of ~46 ms
 on twemoji's, docs/cpu-engine.md). Inductor fuses each run of them into one loop around the
 products. Measured on an AMX Xeon (2 threads), twemoji's bench verification pass (medians of 15
 interleaved): float32 111 ms, autocast 56 ms, compiled layers 31 ms (3.5x).
@@ -14,7 +14,7 @@ once to bf16: half a float32 model's size more memory), the residual stream floa
 pass. Attention stays eager (``Attention.attend``: rotary, the float32 K/V cache, the causal or masked
 kernel): its kernel is already fused and its cache writes are in place. Two graphs per layer, with
 the layer's weights frozen in, dynamic in the number of queries: Inductor compiles them once per CFG
-batch size at the first bf16 pass (~5 s for twemoji's 4 layers on two cores; a model's weights that
+batch size at the first bf16 pass (5-10 s for twemoji's 4 layers on two cores; a model's weights that
 change, a training step, are copied and compiled again).
 """
 
