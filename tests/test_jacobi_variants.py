@@ -61,6 +61,30 @@ def test_gsd_group_mass_by_hand():
     assert size.tolist() == [5]
 
 
+@pytest.mark.parametrize("width", [1, 3, 7, 12])
+def test_gsd_rank_neighbours_are_a_full_sorts(width):
+    """GSD finds each draft's neighbours in p's ranking with two top-k's instead of sorting the
+    vocabulary; they must be the codes a stable descending sort puts within ``width`` places,
+    ties (the zeros of a truncated distribution, repeated values) broken by the lower code first,
+    and places past either end of the ranking must not exist (a window wider than V)."""
+    gen = torch.Generator().manual_seed(width)
+    v = 9
+    p = torch.rand(40, v, generator=gen)
+    p[p < 0.3] = 0.0  # ties at zero, as top-p leaves them
+    p[:, 4] = p[:, 6]  # ties elsewhere
+    p = p / p.sum(-1, keepdim=True).clamp(min=1e-9)
+    drafts = torch.randint(v, (40,), generator=gen)
+    codes, exists = gsd.rank_neighbours(p, drafts, width)
+    order = torch.sort(p, dim=-1, descending=True, stable=True).indices
+    for row in range(40):
+        rank = order[row].tolist().index(int(drafts[row]))
+        for offset in range(-width, width + 1):
+            place = rank + offset
+            assert bool(exists[row, offset + width]) == (0 <= place < v), (row, offset)
+            if 0 <= place < v:
+                assert int(codes[row, offset + width]) == int(order[row, place]), (row, offset)
+
+
 def test_a_wider_gsd_group_accepts_more(engine):
     """The group only adds p and q mass of tokens near the draft, so on the toy target (spread out,
     nothing near one-hot) a wide group passes drafts SJD's test does not: acceptance rises with the
@@ -93,3 +117,27 @@ def test_mc_sjd_trace_records_what_stayed_coupled(engine, tmp_path):
     with pytest.raises(TraceError, match="coupled has values outside"):
         parse(bad)
     assert "coupled" not in tokens(engine, "sjd", 2).trace.to_dict()["rounds"][0]
+
+
+def test_the_coupling_experiment_reads_every_carried_draft_once(engine):
+    """``tools/experiments/coupling_entropy.py`` splits the drafts each MC-SJD round carried into
+    the next (the window after its commit, plus the fresh one past it) into kept and redrawn, and
+    reads their next test from the next round: every kept draft of the trace is counted as kept,
+    each with the score the next round gave it, and the carried ones add up to the next rounds'
+    drafts that were not fresh guesses of the window's refill."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "experiments"))
+    from coupling_entropy import kept_vs_redrawn
+
+    trace = tokens(engine, "mc-sjd", 2, cfg=1.0, temperature=2.0, sjd_window=6).trace
+    kept, redrawn = kept_vs_redrawn(trace)
+    rounds = trace.rounds
+    assert len(kept) == sum(int(r.coupled.sum()) for r in rounds[:-1]) > 0
+    expected = [float(s) for c, n in zip(rounds, rounds[1:], strict=False) for s in n.score[c.coupled.astype(bool)]]
+    assert sorted(kept) == sorted(expected)
+    assert all(0.0 <= s <= 1.0 for s in kept + redrawn)
+    # every round after the first proposes its window: what was carried plus random refills
+    proposed_later = sum(int((r.score >= 0).sum()) for r in rounds[1:])
+    assert len(kept) + len(redrawn) <= proposed_later

@@ -23,6 +23,7 @@ arg-max, so greedy GSD is greedy AR.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from mulo.methods.chain import first_rejection
 from mulo.methods.common import DecodeContext
@@ -45,6 +46,43 @@ def mean_pair_distance(embeddings: torch.Tensor) -> float:
     return float(2 * v / max(v - 1, 1) * spread)
 
 
+def rank_neighbours(p: torch.Tensor, drafts: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The codes ranked within ``width`` places of each draft in its row of ``p [m, V]`` (ranked by
+    p descending, equal p: the lower code first), as ``(codes [m, 2 width + 1], exists [m, 2 width
+    + 1])``, offset -width ... +width, the draft at the centre; a place past either end of the
+    ranking does not exist.
+
+    Without sorting the V codes (a sort of each row was ~2/3 of GSD's per-iteration cost on a
+    2,048-code family, measured): a float32 probability's bits order like its value (p >= 0), so
+    ``bits * V + (V - 1 - code)`` is a distinct key per code in ranking order, and the ``width``
+    keys just above and just below the draft's are two top-k's."""
+    m, v = p.shape
+    key = p.float().contiguous().view(torch.int32).long() * v + (v - 1 - torch.arange(v, device=p.device))
+    own = key[torch.arange(m, device=p.device), drafts][:, None]
+    k = min(width, v - 1)
+    lowest = torch.iinfo(torch.int64).min
+    above = torch.where(key > own, -key, lowest).topk(k, dim=-1)  # nearest above first
+    below = torch.where(key < own, key, lowest).topk(k, dim=-1)  # nearest below first
+    pad = width - k  # a ranking shorter than the window: places that do not exist
+    codes = torch.cat(
+        [
+            F.pad(above.indices.flip(-1), (pad, 0)),
+            drafts[:, None],
+            F.pad(below.indices, (0, pad)),
+        ],
+        dim=-1,
+    )
+    exists = torch.cat(
+        [
+            F.pad(above.values.flip(-1) != lowest, (pad, 0)),
+            torch.ones(m, 1, dtype=torch.bool, device=p.device),
+            F.pad(below.values != lowest, (0, pad)),
+        ],
+        dim=-1,
+    )
+    return codes, exists
+
+
 def group_mass(
     p: torch.Tensor,
     qs: torch.Tensor,
@@ -63,12 +101,7 @@ def group_mass(
     own = p[rows, drafts]
     if width == 0:
         return own, qs[rows, drafts], torch.ones(m, dtype=torch.long)
-    order = torch.sort(p, dim=-1, descending=True, stable=True).indices  # ties: the lower code first
-    rank = (order == drafts[:, None]).int().argmax(-1)
-    offsets = torch.arange(-width, width + 1)
-    ranks = rank[:, None] + offsets[None]
-    inside = (ranks >= 0) & (ranks < p.shape[-1])
-    members = order.gather(-1, ranks.clamp(0, p.shape[-1] - 1))
+    members, inside = rank_neighbours(p, drafts, width)
     p_members = p.gather(-1, members)
     near = (p_members - own[:, None]).abs() <= gap
     device = embeddings.device
