@@ -2,6 +2,8 @@
 
     python tools/experiments/lossless_nll.py --family scenes --prompts 48 --seeds 0,1000 \
         --methods ar,sjd,mc-sjd --json benchmarks/lossless-nll-scenes.json
+    python tools/experiments/lossless_nll.py --family scenes --prompts 48 --seeds 0 \
+        --methods "ar; mulo-v2-r2; mulo-v2-r2@tau=0.1; mulo-v2-r2@tau=0.3; mulo-v2-r2@radius=1"
 
 tests/test_lossless.py proves SD, SJD and MC-SJD lossless by a chi-square over every image of a
 3-code toy; on a real family the images are too many to count. Prompt match and FD over a few
@@ -32,6 +34,7 @@ from family_bars import evaluation_setup  # tools/experiments/family_bars.py, be
 
 from mulo.config import GenerationConfig
 from mulo.eval import harness
+from mulo.eval.calibrate import parse_start
 from mulo.eval.generalisation import token_scores
 
 
@@ -40,17 +43,24 @@ def main() -> int:
     parser.add_argument("--family", default="scenes")
     parser.add_argument("--prompts", type=int, default=48)
     parser.add_argument("--seeds", default="0,1000", help="first seeds (prompt i at seed s + i)")
-    parser.add_argument("--methods", default="ar,sjd,mc-sjd", help="bench labels; the first is the reference")
+    parser.add_argument(
+        "--methods",
+        default="ar,sjd,mc-sjd",
+        help='bench labels, ";"-separated when a label carries knobs ("mulo-v2-r2@tau=0.1,radius=1"); '
+        "the first is the reference",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     engine, _, prompts = evaluation_setup(args.family, args.prompts)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    separator = ";" if ";" in args.methods or "@" in args.methods else ","
+    methods = [m.strip() for m in args.methods.split(separator) if m.strip()]
     nll: dict[str, list[float]] = {m: [] for m in methods}
     excess: dict[str, list[float]] = {m: [] for m in methods}  # NLL - entropy, per image
     for seed in [int(s) for s in args.seeds.split(",")]:
         for i, (_, prompt) in enumerate(prompts):
             for method in methods:
-                name, knobs = harness.spec(method)  # a bench label: "mulo-v2-r2" is mulo with its knobs
+                label, _, extra = method.partition("@")
+                name, knobs = harness.spec(label, parse_start(extra))  # "mulo-v2-r2" is mulo with its knobs
                 result = engine.generate(prompt, name, seed + i, knobs)
                 config = GenerationConfig.from_dict(result.trace.config)
                 text = result.trace.condition_text or result.trace.prompt
