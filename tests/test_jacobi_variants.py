@@ -62,7 +62,7 @@ def test_gsd_group_mass_by_hand():
 
 
 @pytest.mark.parametrize("width", [1, 3, 7, 12])
-def test_gsd_rank_neighbours_are_a_full_sorts(width):
+def test_gsd_rank_neighbours_match_a_full_stable_sort(width):
     """GSD finds each draft's neighbours in p's ranking with two top-k's instead of sorting the
     vocabulary; they must be the codes a stable descending sort puts within ``width`` places,
     ties (the zeros of a truncated distribution, repeated values) broken by the lower code first,

@@ -33,8 +33,8 @@ from mulo.eval import harness
 
 
 def kept_vs_redrawn(trace) -> tuple[list[float], list[float]]:
-    """Acceptance probabilities (min(1, score)) of the drafts each round kept (coupled) or redrew,
-    read from the next round's scores at the same cells."""
+    """The acceptance probabilities (the trace's scores, already min(1, p/q)) of the drafts each
+    round kept (coupled) or redrew, read from the next round's scores at the same cells."""
     kept, redrawn = [], []
     rounds = trace.rounds
     for now, nxt in zip(rounds, rounds[1:], strict=False):
@@ -67,13 +67,12 @@ def main() -> int:
     rows = []
     for temperature in [float(t) for t in args.temperatures.split(",")]:
         knobs = {"temperature": temperature, "top_p": args.top_p}
-        extra = {}
+        by_method = {}
         for method in methods:
             start = time.perf_counter()
-            traces: list = []
+            results: list = []  # harness.run hands each request's result to ``extra``
             runs = [(method, method, knobs)]
-            records = harness.run(engine, runs, prompts, seed=args.seed, extra=traces.append)[method]
-            traces = [result.trace for result in traces]
+            records = harness.run(engine, runs, prompts, seed=args.seed, extra=results.append)[method]
             row = harness.aggregate(records, quality=quality, keys=keys)
             out = {
                 "temperature": temperature,
@@ -87,16 +86,16 @@ def main() -> int:
             }
             if method == "mc-sjd":
                 kept, redrawn = [], []
-                for t in traces:
-                    k, r = kept_vs_redrawn(t)
+                for result in results:
+                    k, r = kept_vs_redrawn(result.trace)
                     kept += k
                     redrawn += r
                 for name, scores in (("kept", kept), ("redrawn", redrawn)):
                     out[name] = {"count": len(scores), "next_acceptance": statistics.fmean(scores) if scores else None}
-            extra[method] = out
+            by_method[method] = out
             rows.append(out)
             print(json.dumps(out), flush=True)
-        sjd, mc = extra["sjd"], extra["mc-sjd"]
+        sjd, mc = by_method["sjd"], by_method["mc-sjd"]
         print(
             f"T={temperature}: acceptance SJD {sjd['acceptance']:.3f} MC-SJD {mc['acceptance']:.3f}; "
             f"target passes {sjd['nfe_target']:.1f} vs {mc['nfe_target']:.1f}",

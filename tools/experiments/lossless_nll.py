@@ -54,13 +54,16 @@ def main() -> int:
     engine, _, prompts = evaluation_setup(args.family, args.prompts)
     separator = ";" if ";" in args.methods or "@" in args.methods else ","
     methods = [m.strip() for m in args.methods.split(separator) if m.strip()]
+    specs = {}  # label[@knobs] -> (engine method, knobs): "mulo-v2-r2" is mulo with its knobs
+    for method in methods:
+        label, _, knobs = method.partition("@")
+        specs[method] = harness.spec(label, parse_start(knobs))
     nll: dict[str, list[float]] = {m: [] for m in methods}
     excess: dict[str, list[float]] = {m: [] for m in methods}  # NLL - entropy, per image
     for seed in [int(s) for s in args.seeds.split(",")]:
         for i, (_, prompt) in enumerate(prompts):
             for method in methods:
-                label, _, extra = method.partition("@")
-                name, knobs = harness.spec(label, parse_start(extra))  # "mulo-v2-r2" is mulo with its knobs
+                name, knobs = specs[method]
                 result = engine.generate(prompt, name, seed + i, knobs)
                 config = GenerationConfig.from_dict(result.trace.config)
                 text = result.trace.condition_text or result.trace.prompt
