@@ -367,3 +367,17 @@ def test_the_study_table_reads_each_candidate_s_run(tmp_path, capsys):
     with pytest.raises(SystemExit):  # not a run folder: one error line, exit 2
         main(["scenes-study", str(tmp_path / "nothing")])
     assert "not a training run folder" in capsys.readouterr().err
+
+
+def test_a_scenes_training_sample_holds_as_many_scenes_of_each_object_count_as_the_held_out_one():
+    from mulo.train.stages.ar import matched_by_objects
+
+    # rows 0-59 train (1, 2, 3 objects in turn), 60-79 held out (2 or 3 objects, 3 more often)
+    counts = np.array([1, 2, 3] * 20 + [2] * 7 + [3] * 13)
+    train, val = np.arange(60), np.arange(60, 80)
+    picked = matched_by_objects(np.random.default_rng(0), counts, val, train)
+    assert set(picked) <= set(train) and len(set(picked)) == len(picked) == 20
+    assert np.bincount(counts[picked], minlength=4).tolist() == [0, 0, 7, 13]
+    # a count with too few training scenes takes them all, not a scene of another count
+    few = matched_by_objects(np.random.default_rng(0), counts, val, np.arange(30))
+    assert np.bincount(counts[few], minlength=4).tolist() == [0, 0, 7, 10]

@@ -86,6 +86,20 @@ def test_mulo_accepts_the_background_and_reopens_little(engine):
     assert (~accepted).sum() > 0 and (~accepted[background]).sum() < (~accepted).sum()
 
 
+def test_tau_acts_on_the_detailed_tokens_the_background_hides(engine):
+    """The locality probe's tau sweep reads acceptance over the detailed tokens beside the overall
+    one: a higher tau rejects more where the objects are, while the flat background (most of the
+    grid) stays accepted, so the detailed acceptance falls by more than the overall one."""
+    from mulo.eval import locality
+
+    prompts = [("k", "cat, pizza and star on green"), ("k", "rocket and sun on purple")]
+    sweep = locality.measure_tau(engine, prompts, taus=(0.001, 0.5))
+    overall, detailed = sweep["acceptance"], sweep["acceptance_detailed"]
+    assert all(0.0 <= a <= 1.0 for a in overall + detailed)
+    assert detailed[0] < overall[0]  # the objects are where drafts are rejected
+    assert detailed[0] - detailed[1] > overall[0] - overall[1] > 0
+
+
 def test_quick_benchmark_writes_the_contract(tmp_path):
     """``python -m mulo bench --quick --json`` on the scenes family: every label, quality included."""
     out = tmp_path / "quick.json"

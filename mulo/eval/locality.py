@@ -13,7 +13,10 @@
   the draft had at least as many islands as the prompt names objects (bar: >= 70 % of them); with
   AR's and MuLo-SD's prompt match beside (the referee's).
 - ``tau``: MuLo-SD's acceptance at each of ``TAUS`` on the first 24 prompts (bar: it falls as tau
-  rises, by 0.1 or more from the first to the last).
+  rises, by 0.1 or more from the first to the last); beside it, the acceptance over the detailed
+  tokens alone (``acceptance_by_detail``: the final image's tokens that are not one flat colour),
+  where tau can act: the flat background, most of a scene, is accepted at any tau, which bounds
+  how far the overall acceptance can fall.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from mulo.eval import harness
+from mulo.eval.metrics import acceptance_by_detail
 from mulo.scenes import parse_prompt
 
 SAME_LAYOUT_IOU = 0.8
@@ -111,9 +115,23 @@ def measure_locality(engine, quality, prompts: list[tuple[str, str]]) -> dict:
 
 def measure_tau(engine, prompts: list[tuple[str, str]], taus=TAUS) -> dict:
     runs = [(f"tau={t:g}", "mulo", {"tau": t}) for t in taus]
-    records = harness.run(engine, runs, prompts)
+    records = harness.run(
+        engine, runs, prompts, extra=lambda result: acceptance_by_detail(result.image, result.trace.rounds)
+    )
     acceptance = [harness.aggregate(records[name])["acceptance"] or 0.0 for name, _, _ in runs]
-    return {"taus": list(taus), "acceptance": acceptance, "falls": falls_with_tau(acceptance)}
+    detailed = [_mean_present(r.extra[1] for r in records[name]) for name, _, _ in runs]
+    return {
+        "taus": list(taus),
+        "acceptance": acceptance,
+        "falls": falls_with_tau(acceptance),
+        "acceptance_detailed": detailed,
+        "detailed_falls": None not in detailed and falls_with_tau(detailed),
+    }
+
+
+def _mean_present(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
 
 
 def verdicts(report: dict) -> dict[str, bool]:
