@@ -178,13 +178,16 @@ def aggregate(
     row = {
         "latency_s": statistics.median(r.latency for r in recs),
         "speedup": statistics.median(a.latency / r.latency for a, r in zip(ar, recs, strict=True)) if ar else None,
-        "nfe": {"target": _mean(r.nfe_target for r in recs), "drafter": _mean(r.nfe_drafter for r in recs)},
-        "acceptance": _mean(r.acceptance for r in recs),
-        "reopened": _mean(r.reopened for r in recs),
-        "rounds": _mean(r.rounds for r in recs),
-        "accepted_length": _mean(r.accepted_length for r in recs),
-        "tree_size": _mean(r.tree_size for r in recs),
-        "residuals_emptied": _mean(r.residuals_emptied for r in recs),
+        "nfe": {
+            "target": mean_present(r.nfe_target for r in recs),
+            "drafter": mean_present(r.nfe_drafter for r in recs),
+        },
+        "acceptance": mean_present(r.acceptance for r in recs),
+        "reopened": mean_present(r.reopened for r in recs),
+        "rounds": mean_present(r.rounds for r in recs),
+        "accepted_length": mean_present(r.accepted_length for r in recs),
+        "tree_size": mean_present(r.tree_size for r in recs),
+        "residuals_emptied": mean_present(r.residuals_emptied for r in recs),
         "fd": None,
         "adherence": None,
     }
@@ -193,7 +196,7 @@ def aggregate(
     return row
 
 
-def _mean(values) -> float | None:
+def mean_present(values) -> float | None:
     """The mean of the values that are there; None when none is."""
     present = [v for v in values if v is not None]
     return float(np.mean(present)) if present else None

@@ -119,7 +119,7 @@ def measure_tau(engine, prompts: list[tuple[str, str]], taus=TAUS) -> dict:
         engine, runs, prompts, extra=lambda result: acceptance_by_detail(result.image, result.trace.rounds)
     )
     acceptance = [harness.aggregate(records[name])["acceptance"] or 0.0 for name, _, _ in runs]
-    detailed = [_mean_present(r.extra[1] for r in records[name]) for name, _, _ in runs]
+    detailed = [harness.mean_present(r.extra[1] for r in records[name]) for name, _, _ in runs]
     return {
         "taus": list(taus),
         "acceptance": acceptance,
@@ -127,11 +127,6 @@ def measure_tau(engine, prompts: list[tuple[str, str]], taus=TAUS) -> dict:
         "acceptance_detailed": detailed,
         "detailed_falls": None not in detailed and falls_with_tau(detailed),
     }
-
-
-def _mean_present(values) -> float | None:
-    present = [v for v in values if v is not None]
-    return float(np.mean(present)) if present else None
 
 
 def verdicts(report: dict) -> dict[str, bool]:

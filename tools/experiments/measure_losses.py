@@ -17,12 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
-from mulo.models.gpt import GPT, GPTConfig
 from mulo.train.pipeline import Pipeline
 from mulo.train.recipes import RECIPES
-from mulo.train.stages.ar import ar_data, held_out, measured_losses
+from mulo.train.stages.ar import ar_data, held_out, load_stage, measured_losses
 
 AR_STAGES = ("target", "drafter_r2", "drafter_r4", "draft_model")
 
@@ -44,10 +41,7 @@ def main() -> int:
     pipe = Pipeline(args.run, args.run / "assets", recipe, recipe.budget)
     for stage in stages:
         data = ar_data(pipe, recipe.grid(stage))
-        model = GPT(GPTConfig.from_json(json.loads((args.run / f"{stage}.json").read_text())))
-        state = torch.load(args.run / f"{stage}.pt", map_location="cpu", weights_only=True)
-        model.load_state_dict({k: v.float() for k, v in state.items()})
-        model.eval()
+        model = load_stage(pipe, stage)
         cond = getattr(data, "cond_name_style", data.cond_name)
         losses = measured_losses(pipe, stage, model, data.tokens, cond, held_out(pipe, data))
         before = pipe.report.get(stage, {})

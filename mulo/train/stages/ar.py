@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from mulo.methods.zipar import proxied_targets, training_inputs, training_mask
-from mulo.models.gpt import GPT
+from mulo.models.gpt import GPT, GPTConfig
 from mulo.train import styles
 from mulo.train.loop import autocast, init_weights, train
 from mulo.train.recipes import CFG_DROPOUT, COND_LEN
@@ -391,10 +391,9 @@ def stored_scene_prompts(pipe, keys) -> list[str]:
     """The prompts of the scenes tokens.npz holds (``SceneStream.data``'s: the training scenes, then
     the held-out ones), objects in their prompt's order: the order placed symbols put in columns (a
     key sorts its names, so a prompt rebuilt from it put held-out objects in the wrong columns)."""
-    from mulo.train.scenes import HELD_OUT, TRAIN, describe
+    from mulo.train.scenes import describe
 
-    stream, budget = pipe.scene_stream, pipe.budget
-    shown = stream.scenes(0, budget.images, TRAIN) + stream.scenes(0, budget.held_out_scenes, HELD_OUT)
+    shown = stored_scenes(pipe)
     if [s.key for s in shown] != list(keys):
         raise RuntimeError(f"{pipe.run / 'tokens.npz'} holds other scenes than the recipe's: delete it to re-encode")
     return [describe(s)[0] for s in shown]
@@ -420,13 +419,26 @@ def held_out(pipe, data: SimpleNamespace) -> dict[str, np.ndarray]:
     return groups
 
 
-def stored_object_counts(pipe) -> np.ndarray:
-    """How many objects each scene tokens.npz holds shows (its rows' order: training, then held out)."""
+def stored_scenes(pipe) -> list:
+    """The scenes tokens.npz holds, in its rows' order (``SceneStream.data``'s: the training scenes,
+    then the held-out ones)."""
     from mulo.train.scenes import HELD_OUT, TRAIN
 
     stream, budget = pipe.scene_stream, pipe.budget
-    shown = stream.scenes(0, budget.images, TRAIN) + stream.scenes(0, budget.held_out_scenes, HELD_OUT)
-    return np.array([len(s.objects) for s in shown])
+    return stream.scenes(0, budget.images, TRAIN) + stream.scenes(0, budget.held_out_scenes, HELD_OUT)
+
+
+def stored_object_counts(pipe) -> np.ndarray:
+    """How many objects each scene tokens.npz holds shows, in its rows' order."""
+    return np.array([len(s.objects) for s in stored_scenes(pipe)])
+
+
+def load_stage(pipe, stage: str) -> GPT:
+    """AR ``stage``'s kept weights (``RUN/STAGE.pt``, float32 or a resume point's float16) in its
+    saved config (``RUN/STAGE.json``), in eval mode on the pipeline's device."""
+    model = GPT(GPTConfig.from_json(json.loads((pipe.run / f"{stage}.json").read_text())))
+    model.load_state_dict(torch.load(pipe.run / f"{stage}.pt", map_location="cpu", weights_only=True))
+    return model.to(pipe.device).eval()
 
 
 def matched_by_objects(rng: np.random.Generator, counts: np.ndarray, val: np.ndarray, train: np.ndarray) -> np.ndarray:

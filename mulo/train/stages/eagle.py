@@ -3,23 +3,19 @@ frozen target (``mulo.models.eagle``; the method is ``mulo.methods.eagle2``)."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from mulo.models.eagle import EagleHead
-from mulo.models.gpt import GPT, GPTConfig
+from mulo.models.gpt import GPT
 from mulo.train.loop import autocast, init_weights, train
-from mulo.train.stages.ar import ar_batch, ar_data
+from mulo.train.stages.ar import ar_batch, ar_data, load_stage
 
 
 def load_target(pipe) -> GPT:
     """The run's trained target, frozen, on the pipeline's device."""
-    model = GPT(GPTConfig.from_json(json.loads((pipe.run / "target.json").read_text())))
-    model.load_state_dict(torch.load(pipe.run / "target.pt", map_location="cpu", weights_only=True))
-    return model.to(pipe.device).eval().requires_grad_(False)
+    return load_stage(pipe, "target").requires_grad_(False)
 
 
 def train_eagle_head(pipe) -> None:
